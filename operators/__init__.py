@@ -1,0 +1,1 @@
+"""Operators: pure incremental computation over deltas. They never call Spark, caches or gRPC."""

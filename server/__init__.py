@@ -1,0 +1,1 @@
+"""The partialflow server: storage, dataflow coordination, upqueries and the gRPC service."""
