@@ -1,1 +1,36 @@
+"""The partialflow Python client library (no Spark needed on the client side).
 
+    from partialflow.client import Client
+    with Client("127.0.0.1:50051") as db:
+        lsn = db.insert("visit", [("Apple", "Alice", 10)])
+        print(db.lookup("max_visit", "Fruit", min_lsn=lsn).rows)
+"""
+
+from __future__ import annotations
+
+from partialflow.client.client import Client, Result
+from partialflow.client.errors import (
+    AlreadyExists,
+    DeadlineExceeded,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    PartialflowError,
+    ResourceExhausted,
+    Unauthenticated,
+    Unavailable,
+)
+
+__all__ = [
+    "AlreadyExists",
+    "Client",
+    "DeadlineExceeded",
+    "FailedPrecondition",
+    "InvalidArgument",
+    "NotFound",
+    "PartialflowError",
+    "ResourceExhausted",
+    "Result",
+    "Unauthenticated",
+    "Unavailable",
+]

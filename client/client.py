@@ -1,0 +1,241 @@
+"""The Python client: one gRPC channel to a partialflow server.
+
+Reads from one ``Client`` never go back in LSN: the client remembers the highest LSN of
+any result it has returned from ``lookup``, ``lookup_many`` or a latest-snapshot ``query``,
+and sends it as the ``min_lsn`` floor of its next lookups, so a later read never reflects
+an older state than an earlier one. Writes do not raise the floor (that would make every
+lookup wait for the dataflow to catch up); pass ``min_lsn=<write's LSN>`` to read your
+own writes. Historical reads (``query(..., as_of=...)``) neither use nor raise the floor.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Hashable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+from google.protobuf import json_format
+
+from partialflow.client.errors import InvalidArgument, error_from_rpc
+from partialflow.proto import partialflow_pb2 as pb
+from partialflow.proto import partialflow_pb2_grpc as pb_grpc
+from partialflow.proto.values import add_rows, decode_rows, make_key
+
+# Query results can be large (a whole table); gRPC's 4 MiB default would refuse them.
+MAX_MESSAGE_BYTES = 512 * 1024 * 1024
+CHANNEL_OPTIONS = [
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+]
+
+
+@dataclass
+class Result:
+    """Rows with their column names and the LSN at which they are exact."""
+
+    rows: list[tuple] = field(default_factory=list)
+    columns: list[str] = field(default_factory=list)
+    lsn: int = 0
+
+    def __iter__(self):
+        return iter(self.rows)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+def _key_tuple(key: Any) -> tuple:
+    """A lookup key as a tuple: a scalar is a one-parameter key, ``()`` no parameters."""
+    if isinstance(key, (tuple, list)):
+        return tuple(key)
+    return (key,)
+
+
+def _plain(obj: Any) -> Any:
+    """Struct numbers arrive as doubles; give integral ones back as ints."""
+    if isinstance(obj, dict):
+        return {k: _plain(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_plain(v) for v in obj]
+    if isinstance(obj, float) and obj.is_integer():
+        return int(obj)
+    return obj
+
+
+class Client:
+    """A connection to a partialflow server (thread-safe; share one per process)."""
+
+    def __init__(self, target: str = "127.0.0.1:50051", *, timeout: float = 30.0) -> None:
+        self.target = target
+        self.timeout = timeout
+        self._channel = grpc.insecure_channel(target, options=CHANNEL_OPTIONS)
+        self._stub = pb_grpc.PartialflowStub(self._channel)
+        self._floor = 0
+        self._floor_lock = threading.Lock()
+
+    # -- plumbing -------------------------------------------------------------------
+
+    def _call(self, method: Any, request: Any) -> Any:
+        try:
+            return method(request, timeout=self.timeout)
+        except grpc.RpcError as err:
+            raise error_from_rpc(err) from None
+
+    def _raise_floor(self, lsn: int) -> None:
+        with self._floor_lock:
+            if lsn > self._floor:
+                self._floor = lsn
+
+    @property
+    def lsn_floor(self) -> int:
+        """The highest LSN this client has read; later lookups are at least this fresh."""
+        return self._floor
+
+    def _min_lsn(self, min_lsn: int | None) -> int | None:
+        floor = max(self._floor, min_lsn or 0)
+        return floor if floor > 0 or min_lsn is not None else None
+
+    @staticmethod
+    def _result(msg: pb.ResultSet) -> Result:
+        return Result(decode_rows(msg.rows), list(msg.columns), msg.lsn)
+
+    def close(self) -> None:
+        """Close the channel; the client cannot be used afterwards."""
+        self._channel.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- statements and writes ----------------------------------------------------
+
+    def execute(self, sql: str) -> Result:
+        """Run one statement: CREATE/DROP TABLE, CREATE/DROP VIEW, INSERT ... VALUES, SELECT."""
+        return self._result(self._call(self._stub.Execute, pb.ExecuteRequest(sql=sql)))
+
+    def write(
+        self,
+        table: str,
+        inserts: Iterable[Sequence[Any]] = (),
+        deletes: Iterable[Sequence[Any]] = (),
+    ) -> int:
+        """One atomic write of deletes and inserts; returns its LSN."""
+        request = pb.WriteRequest(table=table)
+        try:
+            add_rows(request.deletes, deletes)
+            add_rows(request.inserts, inserts)
+        except (TypeError, ValueError) as err:
+            raise InvalidArgument(f"table {table}: {err}") from None
+        return self._call(self._stub.Write, request).lsn
+
+    def insert(self, table: str, rows: Iterable[Sequence[Any]]) -> int:
+        """Insert ``rows`` (sequences of values in column order) atomically; returns the LSN."""
+        return self.write(table, inserts=rows)
+
+    def delete(self, table: str, rows: Iterable[Sequence[Any]]) -> int:
+        """Delete one occurrence of each row atomically; a missing row refuses the batch."""
+        return self.write(table, deletes=rows)
+
+    def update(
+        self, table: str, old_rows: Sequence[Sequence[Any]], new_rows: Sequence[Sequence[Any]]
+    ) -> int:
+        """Replace ``old_rows[i]`` by ``new_rows[i]`` in one atomic write; returns the LSN."""
+        old_rows, new_rows = list(old_rows), list(new_rows)
+        if len(old_rows) != len(new_rows):
+            raise InvalidArgument(
+                f"update of {table}: {len(old_rows)} old rows but {len(new_rows)} new rows"
+            )
+        return self.write(table, inserts=new_rows, deletes=old_rows)
+
+    # -- reads ----------------------------------------------------------------------
+
+    def _lookup(self, view: str, keys: list[tuple], min_lsn: int | None) -> pb.LookupResponse:
+        request = pb.LookupRequest(view=view)
+        floor = self._min_lsn(min_lsn)
+        if floor is not None:
+            request.min_lsn = floor
+        try:
+            for key in keys:
+                request.keys.append(make_key(key))
+        except (TypeError, ValueError) as err:
+            raise InvalidArgument(f"lookup in {view}: {err}") from None
+        response = self._call(self._stub.Lookup, request)
+        if response.results:
+            self._raise_floor(max(r.lsn for r in response.results))
+        return response
+
+    def lookup(self, view: str, key: Any = (), *, min_lsn: int | None = None) -> Result:
+        """Rows of ``view`` whose parameters equal ``key`` (scalar for one parameter).
+
+        With ``min_lsn`` the read waits until the view reflects that write.
+        """
+        response = self._lookup(view, [_key_tuple(key)], min_lsn)
+        columns = list(response.columns)
+        found = response.results[0]
+        return Result(decode_rows(found.rows), columns, found.lsn)
+
+    def lookup_many(
+        self, view: str, keys: Iterable[Any], *, min_lsn: int | None = None
+    ) -> dict[Any, Result]:
+        """Look up several keys in one round trip; the dict is keyed by the keys as given."""
+        given = [k if isinstance(k, Hashable) else tuple(k) for k in keys]
+        response = self._lookup(view, [_key_tuple(k) for k in given], min_lsn)
+        columns = list(response.columns)
+        return {
+            k: Result(decode_rows(r.rows), columns, r.lsn)
+            for k, r in zip(given, response.results)
+        }
+
+    def query(self, sql: str, *, as_of: int | None = None) -> Result:
+        """Run a SELECT over the base tables on Spark, at the latest LSN or at ``as_of``."""
+        request = pb.QueryRequest(sql=sql)
+        if as_of is not None:
+            request.as_of = as_of
+        result = self._result(self._call(self._stub.Query, request))
+        if as_of is None:
+            self._raise_floor(result.lsn)
+        return result
+
+    # -- administration ---------------------------------------------------------------
+
+    def evict(self, view: str, key: Any = None) -> int:
+        """Evict ``key`` of ``view`` (or keys the server picks); returns how many were evicted."""
+        request = pb.EvictRequest(view=view)
+        if key is not None:
+            try:
+                request.key.CopyFrom(make_key(_key_tuple(key)))
+            except (TypeError, ValueError) as err:
+                raise InvalidArgument(f"evict in {view}: {err}") from None
+        return self._call(self._stub.Evict, request).evicted
+
+    def stats(self) -> dict:
+        """Server statistics: per view counters under ``views``, plus ``lsn``, ``memory_limit``."""
+        struct = self._call(self._stub.Stats, pb.StatsRequest())
+        return _plain(json_format.MessageToDict(struct))
+
+    def explain(self, view: str) -> tuple[str, str]:
+        """The view's dataflow graph as (indented text tree, Graphviz DOT)."""
+        response = self._call(self._stub.Explain, pb.ExplainRequest(view=view))
+        return response.text, response.dot
+
+    def flush(self) -> int:
+        """Flush logged writes to Parquet segments; returns the last LSN."""
+        return self._call(self._stub.Flush, pb.FlushRequest()).lsn
+
+    def compact(self, table: str | None = None) -> dict:
+        """Compact one table's segments (or all tables'); returns what was done."""
+        request = pb.CompactRequest()
+        if table is not None:
+            request.table = table
+        return _plain(json_format.MessageToDict(self._call(self._stub.Compact, request)))
+
+    def ping(self) -> None:
+        """A no-op round trip (measures the transport alone)."""
+        self._call(self._stub.Ping, pb.PingRequest())
+
+
+__all__ = ["Client", "Result"]
