@@ -10,3 +10,17 @@ from partialflow.server.spark import spark_session
 @pytest.fixture(scope="session")
 def spark():
     return spark_session("local[2]")
+
+
+@pytest.fixture(scope="session")
+def server(spark, tmp_path_factory):
+    """One in-process server (create_server on the session Spark) shared by the whole run.
+
+    Tests sharing it use their own table and view names. See tests/helpers.py for a
+    subprocess server (crash/restart tests) and for in-process servers with other configs.
+    """
+    from helpers import InProcessServer
+
+    srv = InProcessServer(tmp_path_factory.mktemp("server") / "data", spark).start()
+    yield srv
+    srv.stop()

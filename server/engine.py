@@ -1,0 +1,381 @@
+"""The engine: what the service calls. Owns storage and the dataflow, and turns SQL
+statements into their calls.
+
+Statements are parsed with sqlglot. DDL maps onto storage (tables) and the dataflow
+(views); a plain SELECT runs on Spark at a snapshot (``query``). Everything the engine
+refuses raises a ``partialflow.server.errors`` class naming the problem, before anything
+is changed.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import sqlglot
+import sqlglot.errors
+import sqlglot.expressions as exp
+
+from partialflow.server.config import Config
+from partialflow.server.errors import AlreadyExists, InvalidArgument, NotFound, Unavailable
+from partialflow.server.storage import Column, Storage, TableSchema, normalize_type
+
+try:
+    from partialflow.server.dataflow import Dataflow
+except ModuleNotFoundError as _missing:  # the dataflow lands separately
+    if _missing.name != "partialflow.server.dataflow":
+        raise
+    Dataflow = None  # type: ignore[assignment,misc]
+
+log = logging.getLogger(__name__)
+# sqlglot logs a warning for every statement it falls back to parsing as a raw Command;
+# the engine refuses those itself with a clearer message.
+logging.getLogger("sqlglot").setLevel(logging.ERROR)
+
+# sqlglot's type names -> the four storage types. Anything else is refused by name.
+_TYPES = {
+    "BIGINT": "BIGINT",
+    "INT": "BIGINT",
+    "DOUBLE": "DOUBLE",
+    "FLOAT": "DOUBLE",
+    "TEXT": "TEXT",
+    "VARCHAR": "TEXT",
+    "BOOLEAN": "BOOLEAN",
+}
+_TYPE_NAMES = "BIGINT/INT/INTEGER, DOUBLE/FLOAT/REAL, TEXT/VARCHAR/STRING, BOOLEAN"
+
+
+@dataclass
+class ResultSet:
+    """What every statement returns: rows, their column names, and the LSN they hold at."""
+
+    columns: list[str] = field(default_factory=list)
+    rows: list[tuple] = field(default_factory=list)
+    lsn: int = 0
+
+
+def parse_statement(sql: str) -> exp.Expression:
+    """Parse exactly one SQL statement; malformed SQL raises InvalidArgument."""
+    try:
+        statements = [s for s in sqlglot.parse(sql) if s is not None]
+    except sqlglot.errors.ParseError as err:
+        first = err.errors[0] if err.errors else {}
+        where = f" at line {first.get('line')}, column {first.get('col')}" if first else ""
+        near = f" near {first.get('highlight')!r}" if first.get("highlight") else ""
+        description = first.get("description", str(err).splitlines()[0])
+        raise InvalidArgument(f"malformed SQL: {description}{where}{near}") from None
+    except sqlglot.errors.SqlglotError as err:
+        raise InvalidArgument(f"malformed SQL: {err}") from None
+    if not statements:
+        raise InvalidArgument("empty statement")
+    if len(statements) > 1:
+        raise InvalidArgument(f"expected one statement, got {len(statements)}")
+    return statements[0]
+
+
+def statement_kind(node: exp.Expression) -> str:
+    """A readable name for a statement, for error messages (e.g. ``CREATE INDEX``)."""
+    if isinstance(node, (exp.Create, exp.Drop)):
+        verb = "CREATE" if isinstance(node, exp.Create) else "DROP"
+        return f"{verb} {node.args.get('kind') or ''}".strip()
+    if isinstance(node, exp.Command):
+        return str(node.this).upper()
+    return type(node).__name__.upper()
+
+
+def _simple_name(table: exp.Expression | None, what: str) -> str:
+    if not isinstance(table, exp.Table) or not table.name:
+        raise InvalidArgument(f"{what}: expected a name")
+    if table.args.get("db") or table.args.get("catalog"):
+        raise InvalidArgument(f"{what}: qualified names like {table.sql()} are not supported")
+    return table.name
+
+
+def _column(node: exp.ColumnDef) -> Column:
+    kind = node.args.get("kind")
+    type_name = kind.this.name if isinstance(kind, exp.DataType) else None
+    if type_name not in _TYPES:
+        shown = kind.sql() if kind is not None else "no type"
+        raise InvalidArgument(
+            f"column {node.name}: unsupported type {shown}; types are {_TYPE_NAMES}"
+        )
+    primary = False
+    for constraint in node.args.get("constraints") or ():
+        if isinstance(constraint.args.get("kind"), exp.PrimaryKeyColumnConstraint):
+            primary = True
+        else:
+            raise InvalidArgument(
+                f"column {node.name}: constraint {constraint.sql()} is not supported "
+                "(only PRIMARY KEY)"
+            )
+    return Column(node.name, normalize_type(_TYPES[type_name]), primary_key=primary)
+
+
+def table_schema(create: exp.Create) -> TableSchema:
+    """The storage schema described by a ``CREATE TABLE`` statement."""
+    schema = create.this
+    if not isinstance(schema, exp.Schema) or create.args.get("expression") is not None:
+        raise InvalidArgument("CREATE TABLE needs a column list (CREATE TABLE ... AS is not supported)")
+    name = _simple_name(schema.this, "CREATE TABLE")
+    columns: list[Column] = []
+    key: list[str] = []
+    for item in schema.expressions:
+        if isinstance(item, exp.ColumnDef):
+            columns.append(_column(item))
+        elif isinstance(item, exp.PrimaryKey):
+            key.extend(e.name for e in item.expressions)
+        else:
+            raise InvalidArgument(f"CREATE TABLE {name}: {item.sql()} is not supported")
+    if key:
+        names = [c.name for c in columns]
+        unknown = [k for k in key if k not in names]
+        if unknown:
+            raise InvalidArgument(
+                f"CREATE TABLE {name}: PRIMARY KEY names unknown column {unknown[0]}; "
+                f"columns are {', '.join(names)}"
+            )
+        columns = [Column(c.name, c.type, c.primary_key or c.name in key) for c in columns]
+    return TableSchema(name, columns)
+
+
+def literal_value(node: exp.Expression) -> Any:
+    """The Python value of a literal in INSERT ... VALUES."""
+    if isinstance(node, exp.Null):
+        return None
+    if isinstance(node, exp.Boolean):
+        return bool(node.this)
+    if isinstance(node, exp.Neg) and isinstance(node.this, exp.Literal) and not node.this.is_string:
+        return -literal_value(node.this)
+    if isinstance(node, exp.Literal):
+        if node.is_string:
+            return node.this
+        text = str(node.this)
+        try:
+            return int(text)
+        except ValueError:
+            value = float(text)
+            if math.isfinite(value):
+                return value
+    raise InvalidArgument(f"INSERT: only literal values are supported, not {node.sql()}")
+
+
+class Engine:
+    """Storage plus dataflow behind one object; every method is safe to call concurrently."""
+
+    def __init__(self, config: Config, spark: Any) -> None:
+        self.config = config
+        self.spark = spark
+        self.storage = Storage(
+            config.data_dir,
+            spark,
+            flush_rows=config.flush_rows,
+            flush_interval=config.flush_interval,
+            retention_lsns=config.retention_lsns,
+            max_segments=config.max_segments,
+        )
+        self.storage.open()
+        self.dataflow: Any = None
+        try:
+            if Dataflow is not None:
+                self.dataflow = Dataflow(
+                    self.storage,
+                    spark,
+                    memory_limit=config.memory_limit,
+                    upquery_timeout=config.upquery_timeout,
+                )
+                self.dataflow.start()
+        except BaseException:
+            self.storage.close()
+            raise
+        self._closed = False
+
+    def close(self) -> None:
+        """Stop the dataflow, then close storage (flushing what it must). Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self.dataflow is not None:
+                self.dataflow.close()
+        finally:
+            self.storage.close()
+
+    def _views(self) -> Any:
+        if self.dataflow is None:
+            raise Unavailable("views are not available in this build")
+        return self.dataflow
+
+    # -- statements -------------------------------------------------------------------
+
+    def execute(self, sql: str) -> ResultSet:
+        """Run one statement (DDL, INSERT ... VALUES or SELECT) and return its result."""
+        node = parse_statement(sql)
+        if isinstance(node, exp.Query):
+            return self.query(sql)
+        if isinstance(node, exp.Create) and node.args.get("kind") == "TABLE":
+            return self._create_table(node)
+        if isinstance(node, exp.Create) and node.args.get("kind") == "VIEW":
+            return self._create_view(node)
+        if isinstance(node, exp.Drop) and node.args.get("kind") in ("TABLE", "VIEW"):
+            return self._drop(node)
+        if isinstance(node, exp.Insert):
+            return self._insert(node)
+        raise InvalidArgument(
+            f"unsupported statement {statement_kind(node)}; expected CREATE TABLE, CREATE VIEW, "
+            "DROP TABLE, DROP VIEW, INSERT ... VALUES or SELECT"
+        )
+
+    def _done(self) -> ResultSet:
+        return ResultSet([], [], self.storage.last_lsn)
+
+    def _create_table(self, node: exp.Create) -> ResultSet:
+        if node.args.get("replace"):
+            raise InvalidArgument("CREATE OR REPLACE TABLE is not supported")
+        schema = table_schema(node)
+        try:
+            self.storage.create_table(schema)
+        except AlreadyExists:
+            if not node.args.get("exists"):
+                raise
+        return self._done()
+
+    def _create_view(self, node: exp.Create) -> ResultSet:
+        if node.args.get("replace"):
+            raise InvalidArgument("CREATE OR REPLACE VIEW is not supported; DROP VIEW first")
+        name = _simple_name(node.this, "CREATE VIEW")
+        query = node.args.get("expression")
+        if not isinstance(query, exp.Query):
+            raise InvalidArgument(f"CREATE VIEW {name}: expected AS SELECT ...")
+        try:
+            self._views().create_view(name, query.sql())
+        except AlreadyExists:
+            if not node.args.get("exists"):
+                raise
+        return self._done()
+
+    def _drop(self, node: exp.Drop) -> ResultSet:
+        kind = node.args["kind"]
+        tables = node.expressions or ([node.this] if node.this is not None else [])
+        if len(tables) != 1:
+            raise InvalidArgument(f"DROP {kind}: drop one {kind.lower()} per statement")
+        if node.args.get("cascade"):
+            raise InvalidArgument(f"DROP {kind} ... CASCADE is not supported")
+        name = _simple_name(tables[0], f"DROP {kind}")
+        try:
+            if kind == "VIEW":
+                self._views().drop_view(name)
+            else:
+                if self.dataflow is not None:
+                    self.dataflow.check_drop_table(name)
+                self.storage.drop_table(name)
+        except NotFound:
+            if not node.args.get("exists"):
+                raise
+        return self._done()
+
+    def _insert(self, node: exp.Insert) -> ResultSet:
+        target = node.this
+        listed = target.expressions if isinstance(target, exp.Schema) else None
+        name = _simple_name(target.this if isinstance(target, exp.Schema) else target, "INSERT")
+        values = node.args.get("expression")
+        if not isinstance(values, exp.Values):
+            raise InvalidArgument("INSERT: only INSERT ... VALUES is supported")
+        rows = [tuple(literal_value(v) for v in t.expressions) for t in values.expressions]
+        if listed:
+            rows = self._reorder(name, [c.name for c in listed], rows)
+        return ResultSet([], [], self.write(name, inserts=rows))
+
+    def _reorder(self, table: str, listed: list[str], rows: list[tuple]) -> list[tuple]:
+        """Rows given for a column list, in the table's column order (NULL for the rest)."""
+        names = [c.name for c in self.storage.table(table).columns]
+        unknown = [c for c in listed if c not in names]
+        if unknown:
+            raise InvalidArgument(
+                f"INSERT into {table}: unknown column {unknown[0]}; columns are {', '.join(names)}"
+            )
+        for row in rows:
+            if len(row) != len(listed):
+                raise InvalidArgument(
+                    f"INSERT into {table}: {len(row)} values for {len(listed)} columns"
+                )
+        where = [listed.index(n) if n in listed else None for n in names]
+        return [tuple(None if i is None else row[i] for i in where) for row in rows]
+
+    # -- writes -----------------------------------------------------------------------
+
+    def write(
+        self, table: str, inserts: Sequence[Sequence[Any]] = (), deletes: Sequence[Sequence[Any]] = ()
+    ) -> int:
+        """One atomic, durable write; returns its LSN."""
+        return self.storage.write(table, inserts=inserts, deletes=deletes)
+
+    def insert(self, table: str, rows: Sequence[Sequence[Any]]) -> int:
+        """Insert rows atomically; returns the LSN."""
+        return self.write(table, inserts=rows)
+
+    def delete(self, table: str, rows: Sequence[Sequence[Any]]) -> int:
+        """Delete one occurrence of each row atomically; returns the LSN."""
+        return self.write(table, deletes=rows)
+
+    def update(
+        self, table: str, old_rows: Sequence[Sequence[Any]], new_rows: Sequence[Sequence[Any]]
+    ) -> int:
+        """Replace old rows by new ones pairwise in one atomic write; returns the LSN."""
+        if len(old_rows) != len(new_rows):
+            raise InvalidArgument(
+                f"update of {table}: {len(old_rows)} old rows but {len(new_rows)} new rows"
+            )
+        return self.write(table, inserts=new_rows, deletes=old_rows)
+
+    # -- reads ------------------------------------------------------------------------
+
+    def query(self, sql: str, as_of: int | None = None) -> ResultSet:
+        """Run a SELECT over the base tables on Spark at the latest LSN or ``as_of``."""
+        node = parse_statement(sql)
+        if not isinstance(node, exp.Query):
+            raise InvalidArgument(f"query accepts a SELECT, not {statement_kind(node)}")
+        if as_of is not None and as_of < 0:
+            raise InvalidArgument(f"as_of must not be negative, got {as_of}")
+        text = sql.strip().rstrip(";").strip()
+        columns, rows, lsn = self.storage.query(text, as_of=as_of)
+        return ResultSet(list(columns), [tuple(r) for r in rows], lsn)
+
+    def lookup(
+        self, view: str, keys: list[tuple], *, min_lsn: int | None, timeout: float | None
+    ) -> tuple[list[str], list[tuple[list[tuple], int]]]:
+        """The view's columns and, per key, its rows and the LSN they are exact at."""
+        limit = self.config.upquery_timeout
+        timeout = limit if timeout is None else max(0.0, min(timeout, limit))
+        return self._views().lookup(view, keys, min_lsn=min_lsn, timeout=timeout)
+
+    def evict(self, view: str, key: tuple | None) -> int:
+        """Evict ``key`` of ``view`` (or keys of the dataflow's choosing); returns the count."""
+        return self._views().evict(view, key)
+
+    def explain(self, view: str) -> tuple[str, str]:
+        """The view's dataflow graph as (text tree, Graphviz DOT)."""
+        return self._views().explain(view)
+
+    # -- administration ---------------------------------------------------------------
+
+    def flush(self) -> int:
+        """Flush logged writes to Parquet segments; returns the last LSN."""
+        self.storage.flush()
+        return self.storage.last_lsn
+
+    def compact(self, table: str | None = None) -> dict:
+        """Compact one table (or all); returns storage's report."""
+        return self.storage.compact(table)
+
+    def stats(self) -> dict:
+        """Dataflow statistics (per view under ``views``) plus ``lsn``, ``memory_limit``, ``storage``."""
+        result: dict[str, Any] = {"views": {}}
+        if self.dataflow is not None:
+            result.update(self.dataflow.stats())
+        result["lsn"] = self.storage.last_lsn
+        result["memory_limit"] = self.config.memory_limit
+        result["storage"] = self.storage.stats()
+        return result

@@ -1,0 +1,137 @@
+"""Server assembly: ``create_server`` wires engine, service, health and reflection;
+``serve`` runs one until SIGTERM/SIGINT.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+import weakref
+from concurrent import futures
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from partialflow.proto import partialflow_pb2_grpc as pb_grpc
+from partialflow.server.config import Config
+from partialflow.server.engine import Engine
+from partialflow.server.service import SERVICE_NAME, PartialflowServicer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Wiring:
+    engine: Engine
+    health: health.HealthServicer
+    owns_engine: bool
+
+
+# What stop_server needs to know about each server create_server made.
+_WIRING: weakref.WeakKeyDictionary[grpc.Server, _Wiring] = weakref.WeakKeyDictionary()
+
+
+def _address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
+
+
+def create_server(
+    config: Config, *, engine: Engine | None = None, spark: Any = None
+) -> tuple[grpc.Server, int]:
+    """Build a bound, not yet started server; returns it and the port it bound.
+
+    Without ``engine`` one is made from ``config`` (starting Spark unless ``spark`` is given)
+    and is closed by ``stop_server``; a given engine stays the caller's to close. Health
+    reports SERVING for the server and for ``partialflow.v1.Partialflow`` because the
+    engine is ready by the time this returns.
+    """
+    owns_engine = engine is None
+    if engine is None:
+        if spark is None:
+            from partialflow.server.spark import spark_session
+
+            spark = spark_session(config.spark_master)
+        engine = Engine(config, spark)
+    try:
+        server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="rpc"),
+            options=[
+                ("grpc.max_send_message_length", config.max_message_bytes),
+                ("grpc.max_receive_message_length", config.max_message_bytes),
+            ],
+        )
+        pb_grpc.add_PartialflowServicer_to_server(PartialflowServicer(engine), server)
+        checker = health.HealthServicer(experimental_non_blocking=True)
+        health_pb2_grpc.add_HealthServicer_to_server(checker, server)
+        reflection.enable_server_reflection(
+            (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+             reflection.SERVICE_NAME),
+            server,
+        )
+        port = server.add_insecure_port(_address(config.host, config.port))
+        for service in ("", SERVICE_NAME):
+            checker.set(service, health_pb2.HealthCheckResponse.SERVING)
+    except BaseException:
+        if owns_engine:
+            engine.close()
+        raise
+    _WIRING[server] = _Wiring(engine, checker, owns_engine)
+    return server, port
+
+
+def engine_of(server: grpc.Server) -> Engine:
+    """The engine behind a server made by ``create_server``."""
+    return _WIRING[server].engine
+
+
+def stop_server(server: grpc.Server, grace: float | None = 5.0) -> None:
+    """Report NOT_SERVING, let in-flight calls finish for ``grace`` seconds, stop, and
+    close the engine if ``create_server`` made it."""
+    wiring = _WIRING.get(server)
+    if wiring is not None:
+        wiring.health.enter_graceful_shutdown()
+    server.stop(grace).wait()
+    if wiring is not None and wiring.owns_engine:
+        wiring.engine.close()
+
+
+def serve(config: Config) -> int:
+    """Run a server until SIGTERM or SIGINT, then shut down cleanly; returns the exit code.
+
+    Prints ``listening on HOST:PORT`` (flushed) once it accepts calls and is SERVING.
+    """
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        log.info("received %s, shutting down", signal.Signals(signum).name)
+        stop.set()
+
+    # Installed before Spark starts, so a signal during start-up also ends cleanly.
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    from partialflow.server.spark import spark_session
+
+    spark = spark_session(config.spark_master)
+    server, port = create_server(config, spark=spark)
+    if not stop.is_set():  # a signal during start-up: stop without ever serving
+        server.start()
+        print(f"listening on {config.host}:{port}", flush=True)
+        log.info("serving data in %s on %s:%d", config.data_dir, config.host, port)
+    while not stop.wait(0.5):  # a timed wait keeps the main thread responsive to signals
+        pass
+    stop_server(server, config.grace)
+    try:
+        spark.stop()
+    except Exception:  # the JVM goes away with the process anyway
+        log.warning("Spark did not stop cleanly", exc_info=True)
+    log.info("stopped")
+    return 0

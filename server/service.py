@@ -1,0 +1,139 @@
+"""The gRPC servicer: convert the request, call the engine, convert the response.
+
+Domain errors become gRPC statuses in exactly one place, the ``_rpc`` wrapper; anything
+else is a bug and answers INTERNAL with its traceback in the server log.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+from google.protobuf import struct_pb2
+
+from partialflow.proto import partialflow_pb2 as pb
+from partialflow.proto import partialflow_pb2_grpc as pb_grpc
+from partialflow.proto.values import add_rows, decode_rows, decode_values
+from partialflow.server.engine import Engine, ResultSet
+from partialflow.server.errors import PartialflowError
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Partialflow"].full_name
+
+
+def _rpc(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Map domain errors to their status and unexpected ones to INTERNAL (logged)."""
+
+    @functools.wraps(method)
+    def handler(self: PartialflowServicer, request: Any, context: grpc.ServicerContext) -> Any:
+        try:
+            return method(self, request, context)
+        except PartialflowError as err:
+            context.abort(err.code, str(err))
+        except Exception as err:  # a bug: keep serving, keep the traceback
+            log.exception("internal error in %s", method.__name__)
+            context.abort(
+                grpc.StatusCode.INTERNAL,
+                f"internal error in {method.__name__}: {type(err).__name__}: {err}",
+            )
+
+    return handler
+
+
+def _jsonable(obj: Any) -> Any:
+    """Stats and compaction reports as values a protobuf Struct can hold."""
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        return [_jsonable(v) for v in obj]
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    return str(obj)
+
+
+def to_struct(data: dict) -> struct_pb2.Struct:
+    """A dict as a ``google.protobuf.Struct`` (numbers become doubles on the wire)."""
+    struct = struct_pb2.Struct()
+    struct.update(_jsonable(data))
+    return struct
+
+
+def result_set(result: ResultSet) -> pb.ResultSet:
+    """An engine result as its wire message."""
+    message = pb.ResultSet(columns=result.columns, lsn=result.lsn)
+    add_rows(message.rows, result.rows, lenient=True)
+    return message
+
+
+class PartialflowServicer(pb_grpc.PartialflowServicer):
+    """Implements ``partialflow.v1.Partialflow`` on top of an ``Engine``."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    @_rpc
+    def Execute(self, request: pb.ExecuteRequest, context: grpc.ServicerContext) -> pb.ResultSet:
+        return result_set(self.engine.execute(request.sql))
+
+    @_rpc
+    def Write(self, request: pb.WriteRequest, context: grpc.ServicerContext) -> pb.WriteResponse:
+        lsn = self.engine.write(
+            request.table, inserts=decode_rows(request.inserts), deletes=decode_rows(request.deletes)
+        )
+        return pb.WriteResponse(lsn=lsn)
+
+    @_rpc
+    def Lookup(self, request: pb.LookupRequest, context: grpc.ServicerContext) -> pb.LookupResponse:
+        min_lsn = request.min_lsn if request.HasField("min_lsn") else None
+        columns, results = self.engine.lookup(
+            request.view,
+            decode_rows(request.keys),
+            min_lsn=min_lsn,
+            timeout=context.time_remaining(),
+        )
+        response = pb.LookupResponse(columns=columns)
+        for key, (rows, lsn) in zip(request.keys, results):
+            found = response.results.add()
+            found.key.CopyFrom(key)
+            add_rows(found.rows, rows, lenient=True)
+            found.lsn = lsn
+        return response
+
+    @_rpc
+    def Query(self, request: pb.QueryRequest, context: grpc.ServicerContext) -> pb.ResultSet:
+        as_of = request.as_of if request.HasField("as_of") else None
+        return result_set(self.engine.query(request.sql, as_of=as_of))
+
+    @_rpc
+    def Evict(self, request: pb.EvictRequest, context: grpc.ServicerContext) -> pb.EvictResponse:
+        key = decode_values(request.key.values) if request.HasField("key") else None
+        return pb.EvictResponse(evicted=self.engine.evict(request.view, key))
+
+    @_rpc
+    def Stats(self, request: pb.StatsRequest, context: grpc.ServicerContext) -> struct_pb2.Struct:
+        return to_struct(self.engine.stats())
+
+    @_rpc
+    def Explain(
+        self, request: pb.ExplainRequest, context: grpc.ServicerContext
+    ) -> pb.ExplainResponse:
+        text, dot = self.engine.explain(request.view)
+        return pb.ExplainResponse(text=text, dot=dot)
+
+    @_rpc
+    def Flush(self, request: pb.FlushRequest, context: grpc.ServicerContext) -> pb.FlushResponse:
+        return pb.FlushResponse(lsn=self.engine.flush())
+
+    @_rpc
+    def Compact(
+        self, request: pb.CompactRequest, context: grpc.ServicerContext
+    ) -> struct_pb2.Struct:
+        table = request.table if request.HasField("table") else None
+        return to_struct(self.engine.compact(table))
+
+    def Ping(self, request: pb.PingRequest, context: grpc.ServicerContext) -> pb.PingResponse:
+        return pb.PingResponse()

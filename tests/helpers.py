@@ -1,0 +1,232 @@
+"""Shared helpers for tests that need a real server.
+
+- ``ServerProcess``: ``partialflow serve`` in a subprocess (its own Spark), which can be
+  killed (SIGKILL) or terminated (SIGTERM) and restarted on the same data directory.
+- ``InProcessServer``: ``create_server`` in this process on the session's Spark; cheap
+  to start (no JVM start-up), so tests can afford one per configuration.
+- ``wait_serving``: poll the standard health service until it reports SERVING.
+
+Import as ``from helpers import ServerProcess`` (``tests/`` is on sys.path via conftest).
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from partialflow.client import Client
+
+START_TIMEOUT = 180.0
+
+
+def wait_serving(address: str, timeout: float = 60.0, service: str = "") -> None:
+    """Block until the health service at ``address`` reports SERVING (or raise TimeoutError)."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    with grpc.insecure_channel(address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while time.monotonic() < deadline:
+            try:
+                reply = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=2)
+                if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+                last = reply.status
+            except grpc.RpcError as err:
+                last = err.code()
+            time.sleep(0.1)
+    raise TimeoutError(f"{address} not SERVING after {timeout}s (last: {last})")
+
+
+def health_status(address: str, service: str = "") -> int:
+    """The health service's current status for ``service`` (raises grpc.RpcError if down)."""
+    with grpc.insecure_channel(address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        return stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=5).status
+
+
+class ServerProcess:
+    """``python -m partialflow.client.cli serve`` as a subprocess in its own session.
+
+    stderr goes to ``log_path`` (default: ``<data_dir>.log``) so a failing test can show it.
+    """
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        args: tuple[str, ...] = (),
+        log_path: str | os.PathLike | None = None,
+    ) -> None:
+        self.data_dir = Path(data_dir)
+        self.host = host
+        self.port = port
+        self.args = args
+        self.log_path = Path(log_path) if log_path else self.data_dir.with_name(self.data_dir.name + ".log")
+        self.proc: subprocess.Popen | None = None
+        self.address: str | None = None
+        self._stdout: list[str] = []
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    def start(self, timeout: float = START_TIMEOUT) -> ServerProcess:
+        """Start the server and wait until it prints its address and reports SERVING."""
+        assert self.proc is None or self.proc.poll() is not None, "already running"
+        cmd = [
+            sys.executable, "-m", "partialflow.client.cli", "serve",
+            "--data", str(self.data_dir), "--host", self.host, "--port", str(self.port),
+            *self.args,
+        ]
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        log = open(self.log_path, "ab")
+        log.write(f"\n=== {' '.join(cmd)}\n".encode())
+        log.flush()
+        # A new session makes the server (and its Spark JVM) a process group we can kill.
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=log, env=env, start_new_session=True, text=True
+        )
+        log.close()
+        lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._pump, args=(self.proc, lines), daemon=True).start()
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                self.kill()
+                raise TimeoutError(f"server did not start in {timeout}s:\n{self.log_tail()}") from None
+            if line is None:
+                raise RuntimeError(f"server exited with {self.proc.wait()}:\n{self.log_tail()}")
+            if line.startswith("listening on "):
+                self.address = line.split("listening on ", 1)[1].strip()
+                break
+        wait_serving(self.address, timeout=max(5.0, deadline - time.monotonic()))
+        return self
+
+    def _pump(self, proc: subprocess.Popen, lines: queue.Queue) -> None:
+        # Keep draining stdout so the server never blocks on a full pipe.
+        for line in proc.stdout:
+            self._stdout.append(line)
+            lines.put(line)
+        lines.put(None)
+
+    def kill(self) -> None:
+        """SIGKILL the server and its Spark JVM at once (a crash), and reap it."""
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+
+    def terminate(self, timeout: float = 60.0) -> int:
+        """SIGTERM the server (not its JVM: shutting that down is the server's job); returns
+        its exit status. Anything of the group still alive afterwards is killed."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            code = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise TimeoutError(f"server ignored SIGTERM for {timeout}s:\n{self.log_tail()}") from None
+        self._reap_group()
+        return code
+
+    def _reap_group(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def restart(self, timeout: float = START_TIMEOUT) -> ServerProcess:
+        """Start again on the same data directory (a new port if ``port`` is 0)."""
+        return self.start(timeout)
+
+    def stop(self) -> None:
+        """Terminate if running (kill if that fails); safe to call repeatedly."""
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                self.terminate(timeout=30)
+            except TimeoutError:
+                pass
+        elif self.proc is not None:
+            self._reap_group()
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def client(self, **kwargs: Any) -> Client:
+        """A new client connected to this server."""
+        assert self.address, "not started"
+        return Client(self.address, **kwargs)
+
+    def log_tail(self, lines: int = 60) -> str:
+        """The last lines of the server's stderr log (for failure messages)."""
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def __enter__(self) -> ServerProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class InProcessServer:
+    """A server made with ``create_server`` in this process, on a shared Spark session."""
+
+    def __init__(self, data_dir: str | os.PathLike, spark: Any, **config: Any) -> None:
+        from partialflow.server.config import Config
+
+        self.config = Config(data_dir=str(data_dir), port=0, **config)
+        self.spark = spark
+        self.server: Any = None
+        self.engine: Any = None
+        self.address: str | None = None
+
+    @property
+    def data_dir(self) -> Path:
+        return Path(self.config.data_dir)
+
+    def start(self) -> InProcessServer:
+        """Open storage and the dataflow, bind a free port and start serving."""
+        from partialflow.server.main import create_server, engine_of
+
+        self.server, port = create_server(self.config, spark=self.spark)
+        self.engine = engine_of(self.server)
+        self.server.start()
+        self.address = f"{self.config.host}:{port}"
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and close the engine (storage flushes and closes)."""
+        from partialflow.server.main import stop_server
+
+        if self.server is not None:
+            stop_server(self.server, grace=1.0)
+            self.server = None
+
+    def client(self, **kwargs: Any) -> Client:
+        """A new client connected to this server."""
+        return Client(self.address, **kwargs)
+
+    def __enter__(self) -> InProcessServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
