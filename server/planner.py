@@ -1,0 +1,550 @@
+"""From a view's SQL to a tree of operators (a logical plan).
+
+The planner reads SQL with sqlglot, resolves names against the catalog (tables and other
+views), and produces ``PlanNode`` trees of operators over base-table ``Source`` leaves. It
+decides nothing about state: ``graph.py`` walks the tree top-down with the reader's key
+and chooses, per stateful node, partial or full materialization.
+
+Column references inside operator expressions are positional (``_c{i}`` = input column i);
+see ``server/expressions.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import sqlglot
+from sqlglot import exp
+
+from partialflow.operators.aggregate import Aggregate, AggSpec
+from partialflow.operators.distinct import Distinct
+from partialflow.operators.filter import Filter
+from partialflow.operators.join import Join
+from partialflow.operators.project import Project
+from partialflow.operators.topk import TopK
+from partialflow.operators.union import Union
+from partialflow.operators.base import Operator
+from partialflow.server.errors import InvalidArgument, NotFound
+from partialflow.server.expressions import compile_expr
+
+# Candidates kept per group by MIN/MAX and top-k in partial state (top-k keeps k + this).
+MINMAX_CANDIDATES = 8
+TOPK_SLACK = 8
+
+
+@dataclass(eq=False)
+class PlanNode:
+    """An operator over its parents, or (``op is None``) a base table."""
+
+    columns: tuple[str, ...]
+    op: Operator | None = None
+    parents: list[PlanNode] = field(default_factory=list)
+    table: str | None = None
+
+    def describe(self, indent: int = 0) -> str:
+        head = f"table {self.table}" if self.op is None else self.op.description()
+        lines = ["  " * indent + head]
+        lines += [p.describe(indent + 1) for p in self.parents]
+        return "\n".join(lines)
+
+
+@dataclass
+class ViewPlan:
+    """A planned view: the operator tree and how its reader presents rows."""
+
+    root: PlanNode
+    columns: list[str]  # visible output names
+    visible: tuple[int, ...]  # root columns returned to the reader's caller
+    key: tuple[int, ...]  # root columns the reader is keyed by (the `?` parameters)
+    order: list[tuple[int, bool]]  # root columns (and DESC?) to sort results by
+    limit: int | None
+    empty_row: tuple | None  # a global aggregate's answer for a key with no rows
+
+
+# Catalog callbacks: table name -> column names; view name -> its plan (or None).
+TableLookup = Callable[[str], "tuple[str, ...] | None"]
+ViewLookup = Callable[[str], "ViewPlan | None"]
+
+_AGG_FUNCS: dict[type, str] = {
+    exp.Count: "COUNT",
+    exp.Sum: "SUM",
+    exp.Avg: "AVG",
+    exp.Min: "MIN",
+    exp.Max: "MAX",
+}
+
+
+def col(i: int) -> exp.Column:
+    return exp.Column(this=exp.to_identifier(f"_c{i}"))
+
+
+@dataclass
+class Scope:
+    """Columns of the relation being built: (qualifier, name) per position."""
+
+    cols: list[tuple[str | None, str]]
+
+    def find(self, column: exp.Column) -> int:
+        name = column.name.lower()
+        qual = column.table.lower() if column.table else None
+        hits = [i for i, (q, n) in enumerate(self.cols) if n == name and (qual is None or q == qual)]
+        if not hits:
+            shown = ", ".join(f"{q}.{n}" if q else n for q, n in self.cols)
+            raise InvalidArgument(f"unknown column {column.sql()!r}; columns are: {shown}")
+        if len(hits) > 1:
+            raise InvalidArgument(f"column {column.sql()!r} is ambiguous; qualify it with a table name")
+        return hits[0]
+
+
+class Planner:
+    """Plans one CREATE VIEW's SELECT."""
+
+    def __init__(self, tables: TableLookup, views: ViewLookup) -> None:
+        self._tables = tables
+        self._views = views
+
+    # -- entry point -------------------------------------------------------------------
+    def plan(self, sql: str) -> ViewPlan:
+        try:
+            tree = sqlglot.parse_one(sql)
+        except sqlglot.errors.ParseError as e:
+            raise InvalidArgument(f"malformed SQL: {_first_line(e)}") from None
+        if isinstance(tree, exp.Union):
+            return self._plan_union(tree)
+        if not isinstance(tree, exp.Select):
+            raise InvalidArgument(f"a view must be a SELECT, got {tree.key.upper()}")
+        return self._plan_select(tree, allow_params=True)
+
+    # -- SELECT ------------------------------------------------------------------------
+    def _plan_select(self, sel: exp.Select, allow_params: bool) -> ViewPlan:
+        _refuse_unsupported(sel)
+        node, scope = self._plan_from(sel)
+        params: list[int] = []
+        where = sel.args.get("where")
+        if where is not None:
+            residual = []
+            for conj in _conjuncts(where.this):
+                p = _param_column(conj)
+                if p is not None:
+                    if not allow_params:
+                        raise InvalidArgument("parameters (?) are only allowed in the outermost SELECT of a view, not in a subquery or UNION branch; define a view over this one instead")
+                    params.append(scope.find(p))
+                elif any(isinstance(n, exp.Placeholder) for n in conj.walk()):
+                    raise InvalidArgument(f"a parameter must appear as `column = ?` in a top-level AND of WHERE; got {conj.sql()!r}")
+                else:
+                    residual.append(conj)
+            if residual:
+                pred = exp.and_(*residual) if len(residual) > 1 else residual[0]
+                node = _op(Filter(node.columns, compile_expr(_bind(pred, scope))), node)
+        if len(set(params)) != len(params):
+            raise InvalidArgument("the same column is compared with ? twice")
+        has_aggs = any(isinstance(n, tuple(_AGG_FUNCS)) for e in sel.expressions for n in e.walk())
+        having = sel.args.get("having")
+        if sel.args.get("group") or has_aggs or having is not None:
+            return self._plan_aggregate(sel, node, scope, params)
+        return self._plan_projection(sel, node, scope, params)
+
+    def _plan_projection(self, sel: exp.Select, node: PlanNode, scope: Scope, params: list[int]) -> ViewPlan:
+        items = _expand_star(sel.expressions, scope)
+        names = [_output_name(e) for e in items]
+        exprs = [_bind(_unalias(e), scope) for e in items]
+        key = _append_hidden(exprs, [col(p) for p in params])
+        order_cols = _order_positions(self._order_items(sel, items, names, lambda e: _bind(e, scope)), exprs)
+        root = _op(Project(_names(names, exprs), [compile_expr(e) for e in exprs]), node)
+        return self._finish(sel, root, names, key, order_cols)
+
+    def _plan_aggregate(self, sel: exp.Select, node: PlanNode, scope: Scope, params: list[int]) -> ViewPlan:
+        items = _expand_star(sel.expressions, scope)
+        names = [_output_name(e) for e in items]
+        group = sel.args.get("group")
+        groups = [_bind(g, scope) for g in (group.expressions if group else [])]
+        groups = [_resolve_position(g, items, scope) for g in groups]
+        n_declared = len(groups)
+        for p in params:  # a parameter column becomes an (implicit) grouping column
+            if not any(g == col(p) for g in groups):
+                groups.append(col(p))
+        key_group = [next(i for i, g in enumerate(groups) if g == col(p)) for p in params]
+        calls: list[tuple[str, exp.Expression | None]] = []
+
+        def agg_index(call: exp.Expression) -> int:
+            func = _AGG_FUNCS[type(call)]
+            arg = call.this
+            if isinstance(call, exp.Count) and isinstance(arg, exp.Star):
+                func, bound = "COUNT_STAR", None
+            else:
+                if isinstance(arg, exp.Distinct):
+                    raise InvalidArgument(f"{func}(DISTINCT ...) is not supported")
+                bound = _bind(arg, scope)
+            for i, (f, a) in enumerate(calls):
+                if f == func and a == bound:
+                    return i
+            calls.append((func, bound))
+            return len(calls) - 1
+
+        def over_agg(e: exp.Expression) -> exp.Expression:
+            """An expression over the aggregate's output: groups first, then aggregates."""
+            def swap_aggs(n: exp.Expression) -> exp.Expression:
+                if isinstance(n, tuple(_AGG_FUNCS)):
+                    return exp.Column(this=exp.to_identifier(f"_a{agg_index(n)}"))
+                return n
+
+            e = e.copy().transform(swap_aggs)
+            e = _bind(e, scope, keep=lambda c: c.name.startswith("_a") and not c.table)
+
+            def swap_groups(n: exp.Expression) -> exp.Expression:
+                for i, g in enumerate(groups):
+                    if n == g:
+                        return exp.Column(this=exp.to_identifier(f"_g{i}"))
+                return n
+
+            e = e.transform(swap_groups)
+
+            def rename(n: exp.Expression) -> exp.Expression:
+                if isinstance(n, exp.Column):
+                    name = n.name
+                    if name.startswith("_g"):
+                        return col(int(name[2:]))
+                    if name.startswith("_a"):
+                        return col(len(groups) + int(name[2:]))
+                    raise InvalidArgument(f"column {scope_name(scope, n)} must appear in GROUP BY or be used in an aggregate function")
+                return n
+
+            return e.transform(rename)
+
+        exprs = [over_agg(_unalias(e)) for e in items]
+        having = sel.args.get("having")
+        having_expr = over_agg(having.this) if having is not None else None
+        order_items = self._order_items(sel, items, names, over_agg)
+        # Pre-projection: grouping expressions then aggregate arguments, as input columns.
+        inputs = list(groups) + [a for _, a in calls if a is not None]
+        if all(isinstance(e, exp.Column) for e in inputs):
+            src = node
+            group_cols = tuple(int(g.name[2:]) for g in groups)
+            arg_cols = [int(a.name[2:]) if a is not None else None for _, a in calls]
+        else:
+            pre_names = [f"g{i}" for i in range(len(groups))] + [f"a{i}" for i in range(len(inputs) - len(groups))]
+            src = _op(Project(tuple(pre_names), [compile_expr(e) for e in inputs]), node)
+            group_cols = tuple(range(len(groups)))
+            arg_cols, j = [], len(groups)
+            for _, a in calls:
+                arg_cols.append(j if a is not None else None)
+                j += a is not None
+        agg_names = tuple(f"g{i}" for i in range(len(groups))) + tuple(f"{f.lower()}{i}" for i, (f, _) in enumerate(calls))
+        aggs = [AggSpec(f, c) for (f, _), c in zip(calls, arg_cols)]
+        node = _op(Aggregate(agg_names, group_cols, aggs, candidates=MINMAX_CANDIDATES), src)
+        if having_expr is not None:
+            node = _op(Filter(node.columns, compile_expr(having_expr)), node)
+        key = _append_hidden(exprs, [col(k) for k in key_group])
+        order_cols = _order_positions(order_items, exprs)
+        root = _op(Project(_names(names, exprs), [compile_expr(e) for e in exprs]), node)
+        empty = None
+        if n_declared == 0 and params:
+            # Implicitly grouped by the parameters: a key with no rows must still answer
+            # like SQL's global aggregate (COUNT 0, others NULL), if HAVING admits it.
+            empty = _empty_aggregate_row(exprs[: len(names)], having_expr, len(groups), calls)
+        return self._finish(sel, root, names, key, order_cols, empty)
+
+    def _order_items(self, sel, items, names, bind) -> list[tuple[int | exp.Expression, bool]]:
+        """ORDER BY items: a visible output position, or an expression to add as hidden."""
+        order = sel.args.get("order")
+        out: list[tuple[int | exp.Expression, bool]] = []
+        for o in order.expressions if order else []:
+            desc = bool(o.args.get("desc"))
+            pos = _output_position(o.this, items, names)
+            out.append((pos if pos is not None else bind(o.this), desc))
+        return out
+
+    def _finish(self, sel, root: PlanNode, names, key, order, empty=None) -> ViewPlan:
+        limit = _limit(sel)
+        if sel.args.get("distinct"):
+            if len(root.columns) > len(names) + len(key):
+                raise InvalidArgument("ORDER BY with DISTINCT must use selected columns")
+            root = _op(Distinct(root.columns), root)
+        if limit is not None:
+            if not order:
+                raise InvalidArgument("LIMIT needs an ORDER BY (top-k is kept per key in that order)")
+            root = _op(TopK(root.columns, tuple(key), list(order), limit, candidates=limit + TOPK_SLACK), root)
+        return ViewPlan(root, list(names), tuple(range(len(names))), tuple(key), list(order), limit, empty)
+
+    # -- UNION -------------------------------------------------------------------------
+    def _plan_union(self, u: exp.Union) -> ViewPlan:
+        branches: list[PlanNode] = []
+        names: list[str] | None = None
+
+        def collect(e: exp.Expression, distinct_parent: bool | None) -> None:
+            nonlocal names
+            if isinstance(e, exp.Union) and not e.args.get("order") and not e.args.get("limit") and bool(e.args.get("distinct")) == distinct_parent:
+                collect(e.this, distinct_parent)
+                collect(e.expression, distinct_parent)
+                return
+            if isinstance(e, exp.Subquery):
+                e = e.this
+            sub = self._plan_union(e) if isinstance(e, exp.Union) else self._plan_select(e, allow_params=False)
+            if sub.limit is not None or sub.key:
+                raise InvalidArgument("a UNION branch cannot have parameters or LIMIT")
+            if names is not None and len(sub.columns) != len(names):
+                raise InvalidArgument(f"UNION branches have different numbers of columns ({len(names)} and {len(sub.columns)})")
+            names = names or sub.columns
+            branches.append(_visible_only(sub))
+
+        if type(u) is not exp.Union:
+            raise InvalidArgument(f"{u.key.upper()} is not supported; only UNION [ALL]")
+        distinct = bool(u.args.get("distinct"))
+        collect(u.this, distinct)
+        collect(u.expression, distinct)
+        assert names is not None
+        root = PlanNode(tuple(names), Union(tuple(names), len(branches)), branches)
+        if distinct:
+            root = _op(Distinct(root.columns), root)
+        order = []
+        for o in (u.args.get("order").expressions if u.args.get("order") else []):
+            pos = _output_position(o.this, [exp.column(n) for n in names], names)
+            if pos is None:
+                raise InvalidArgument(f"ORDER BY of a UNION must name an output column, got {o.this.sql()!r}")
+            order.append((pos, bool(o.args.get("desc"))))
+        limit = _limit(u)
+        if limit is not None:
+            if not order:
+                raise InvalidArgument("LIMIT needs an ORDER BY (top-k is kept per key in that order)")
+            root = _op(TopK(root.columns, (), order, limit, candidates=limit + TOPK_SLACK), root)
+        return ViewPlan(root, list(names), tuple(range(len(names))), (), order, limit, None)
+
+    # -- FROM and JOIN -----------------------------------------------------------------
+    def _plan_from(self, sel: exp.Select) -> tuple[PlanNode, Scope]:
+        from_ = sel.args.get("from_") or sel.args.get("from")
+        if from_ is None:
+            raise InvalidArgument("a view needs a FROM clause")
+        node, scope = self._relation(from_.this)
+        for j in sel.args.get("joins") or []:
+            node, scope = self._join(node, scope, j)
+        return node, scope
+
+    def _relation(self, rel: exp.Expression) -> tuple[PlanNode, Scope]:
+        if isinstance(rel, exp.Table):
+            if rel.args.get("db") or rel.args.get("catalog"):
+                raise InvalidArgument(f"qualified table names are not supported: {rel.sql()!r}")
+            name = rel.name.lower()
+            alias = (rel.alias or rel.name).lower()
+            cols = self._tables(name)
+            if cols is not None:
+                node = PlanNode(tuple(cols), table=name)
+                return node, Scope([(alias, c.lower()) for c in cols])
+            view = self._views(name)
+            if view is None:
+                raise NotFound(f"unknown table or view {rel.name!r}")
+            if view.key:
+                raise InvalidArgument(f"view {name!r} has parameters; a view over it must be defined over a view without parameters")
+            node = _visible_only(view)
+            return node, Scope([(alias, c.lower()) for c in view.columns])
+        if isinstance(rel, exp.Subquery):
+            inner = rel.this
+            sub = self._plan_union(inner) if isinstance(inner, exp.Union) else self._plan_select(inner, allow_params=False)
+            alias = rel.alias.lower() if rel.alias else None
+            return _visible_only(sub), Scope([(alias, c.lower()) for c in sub.columns])
+        raise InvalidArgument(f"unsupported FROM item: {rel.sql()!r}")
+
+    def _join(self, left: PlanNode, lscope: Scope, j: exp.Join) -> tuple[PlanNode, Scope]:
+        side = (j.args.get("side") or "").upper()
+        kind = (j.args.get("kind") or "").upper()
+        if side not in ("", "LEFT") or kind not in ("", "INNER", "OUTER"):
+            raise InvalidArgument(f"{' '.join(x for x in (side, kind) if x)} JOIN is not supported; use INNER or LEFT JOIN")
+        if j.args.get("using"):
+            raise InvalidArgument("JOIN ... USING is not supported; write ON a.x = b.x")
+        on = j.args.get("on")
+        if on is None:
+            raise InvalidArgument("a JOIN needs an ON condition with at least one equality between the two sides")
+        right, rscope = self._relation(j.this)
+        both = Scope(lscope.cols + rscope.cols)
+        nl = len(lscope.cols)
+        lkey: list[int] = []
+        rkey: list[int] = []
+        rest: list[exp.Expression] = []
+        for conj in _conjuncts(on):
+            if isinstance(conj, exp.EQ) and isinstance(conj.this, exp.Column) and isinstance(conj.expression, exp.Column):
+                a, b = both.find(conj.this), both.find(conj.expression)
+                if a < nl <= b:
+                    lkey.append(a), rkey.append(b - nl)
+                    continue
+                if b < nl <= a:
+                    lkey.append(b), rkey.append(a - nl)
+                    continue
+            rest.append(conj)
+        if not lkey:
+            raise InvalidArgument(f"JOIN condition {on.sql()!r} has no equality between columns of the two sides")
+        kind_name = "left" if side == "LEFT" else "inner"
+        if rest and kind_name == "left":
+            raise InvalidArgument(f"LEFT JOIN conditions must be column equalities; got {' AND '.join(r.sql() for r in rest)!r}")
+        cols = left.columns + right.columns
+        node = PlanNode(cols, Join(cols, tuple(lkey), tuple(rkey), kind_name), [left, right])
+        if rest:
+            pred = exp.and_(*rest) if len(rest) > 1 else rest[0]
+            node = _op(Filter(cols, compile_expr(_bind(pred, both))), node)
+        return node, both
+
+
+# -- helpers -----------------------------------------------------------------------------
+def _op(op: Operator, parent: PlanNode) -> PlanNode:
+    return PlanNode(op.columns, op, [parent])
+
+
+def _visible_only(plan: ViewPlan) -> PlanNode:
+    """A view used as a relation: its root without hidden columns (and unsorted)."""
+    root = plan.root
+    if len(root.columns) == len(plan.columns):
+        return root
+    return _op(Project(tuple(plan.columns), [compile_expr(col(i)) for i in plan.visible]), root)
+
+
+def _names(visible: list[str], exprs: list[exp.Expression]) -> tuple[str, ...]:
+    hidden = [f"_k{i}" for i in range(len(exprs) - len(visible))]
+    return tuple(visible) + tuple(hidden)
+
+
+def _append_hidden(exprs: list[exp.Expression], extra: list[exp.Expression]) -> list[int]:
+    """Positions of ``extra`` among ``exprs``, appending those not already selected."""
+    out = []
+    for e in extra:
+        for i, x in enumerate(exprs):
+            if x == e:
+                out.append(i)
+                break
+        else:
+            exprs.append(e)
+            out.append(len(exprs) - 1)
+    return out
+
+
+def _bind(e: exp.Expression, scope: Scope, keep: Callable[[exp.Column], bool] | None = None) -> exp.Expression:
+    """Replace column names with positional ``_c{i}`` references into ``scope``."""
+    def swap(n: exp.Expression) -> exp.Expression:
+        if isinstance(n, exp.Column) and not isinstance(n.this, exp.Star):
+            if keep is not None and keep(n):
+                return n
+            return col(scope.find(n))
+        if isinstance(n, (exp.Subquery, exp.Exists)) or isinstance(n, exp.Select):
+            raise InvalidArgument(f"subqueries in expressions are not supported: {n.sql()!r}")
+        if isinstance(n, exp.Window):
+            raise InvalidArgument(f"window functions are not supported: {n.sql()!r}")
+        if isinstance(n, exp.Placeholder):
+            raise InvalidArgument("a parameter (?) is only allowed as `column = ?` in WHERE")
+        if isinstance(n, tuple(_AGG_FUNCS)):
+            raise InvalidArgument(f"aggregate {n.sql()!r} is not allowed here")
+        return n
+    return e.copy().transform(swap)
+
+
+def scope_name(scope: Scope, c: exp.Column) -> str:
+    """The user's name for a positional column reference (for error messages)."""
+    if c.name.startswith("_c") and c.name[2:].isdigit():
+        q, n = scope.cols[int(c.name[2:])]
+        return f"{q}.{n}" if q else n
+    return c.sql()
+
+
+def _order_positions(items: list[tuple[int | exp.Expression, bool]], exprs: list[exp.Expression]) -> list[tuple[int, bool]]:
+    out = []
+    for what, desc in items:
+        pos = what if isinstance(what, int) else _append_hidden(exprs, [what])[0]
+        out.append((pos, desc))
+    return out
+
+
+def _resolve_position(g: exp.Expression, items, scope) -> exp.Expression:
+    """GROUP BY 1 means the first select item."""
+    if isinstance(g, exp.Literal) and g.is_int:
+        i = int(g.this) - 1
+        if not 0 <= i < len(items):
+            raise InvalidArgument(f"GROUP BY position {i + 1} is out of range")
+        return _bind(_unalias(items[i]), scope)
+    return g
+
+
+def _output_position(e: exp.Expression, items, names) -> int | None:
+    if isinstance(e, exp.Literal) and e.is_int:
+        i = int(e.this) - 1
+        if not 0 <= i < len(items):
+            raise InvalidArgument(f"ORDER BY position {i + 1} is out of range")
+        return i
+    if isinstance(e, exp.Column) and not e.table:
+        matches = [i for i, n in enumerate(names) if n.lower() == e.name.lower()]
+        if len(matches) == 1:
+            return matches[0]
+    for i, it in enumerate(items):
+        if _unalias(it) == e:
+            return i
+    return None
+
+
+def _expand_star(items: list[exp.Expression], scope: Scope) -> list[exp.Expression]:
+    out: list[exp.Expression] = []
+    for e in items:
+        if isinstance(e, exp.Star) or (isinstance(e, exp.Column) and isinstance(e.this, exp.Star)):
+            qual = e.table.lower() if isinstance(e, exp.Column) and e.table else None
+            for q, n in scope.cols:
+                if qual is None or q == qual:
+                    out.append(exp.column(n, table=q) if q else exp.column(n))
+        else:
+            out.append(e)
+    return out
+
+
+def _output_name(e: exp.Expression) -> str:
+    if isinstance(e, exp.Alias):
+        return e.alias
+    if isinstance(e, exp.Column):
+        return e.name
+    return e.sql()
+
+
+def _unalias(e: exp.Expression) -> exp.Expression:
+    return e.this if isinstance(e, exp.Alias) else e
+
+
+def _conjuncts(e: exp.Expression) -> list[exp.Expression]:
+    if isinstance(e, exp.And):
+        return _conjuncts(e.this) + _conjuncts(e.expression)
+    if isinstance(e, exp.Paren):
+        return _conjuncts(e.this)
+    return [e]
+
+
+def _param_column(conj: exp.Expression) -> exp.Column | None:
+    if isinstance(conj, exp.EQ):
+        a, b = conj.this, conj.expression
+        if isinstance(a, exp.Column) and isinstance(b, exp.Placeholder):
+            return a
+        if isinstance(b, exp.Column) and isinstance(a, exp.Placeholder):
+            return b
+    return None
+
+
+def _limit(q: exp.Expression) -> int | None:
+    lim = q.args.get("limit")
+    if q.args.get("offset"):
+        raise InvalidArgument("OFFSET is not supported")
+    if lim is None:
+        return None
+    value = lim.expression if lim.expression is not None else lim.this
+    if not (isinstance(value, exp.Literal) and value.is_int) or int(value.this) <= 0:
+        raise InvalidArgument(f"LIMIT must be a positive integer, got {value.sql()!r}")
+    return int(value.this)
+
+
+def _refuse_unsupported(sel: exp.Select) -> None:
+    for key, what in (("with", "WITH"), ("qualify", "QUALIFY"), ("windows", "WINDOW"), ("laterals", "LATERAL"), ("pivots", "PIVOT")):
+        if sel.args.get(key):
+            raise InvalidArgument(f"{what} is not supported in views")
+
+
+def _empty_aggregate_row(exprs: list[exp.Expression], having: exp.Expression | None, n_groups: int, calls) -> tuple | None:
+    """What a global aggregate returns over no rows (COUNT 0, others NULL)."""
+    values = [0 if f in ("COUNT", "COUNT_STAR") else None for f, _ in calls]
+    row = tuple([None] * n_groups + values)
+    if having is not None and compile_expr(having).eval(row) is not True:
+        return None
+    return tuple(compile_expr(e).eval(row) for e in exprs)
+
+
+def _first_line(e: Exception) -> str:
+    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__

@@ -1,0 +1,199 @@
+"""Upqueries: filling holes from the base tables with one Spark plan per fill.
+
+A ``Fill`` is a set of (state, fill key) pairs filled together from one snapshot LSN V:
+the state that missed plus every hole below it on its trace path. The executor decides
+what goes into a fill and applies the reply in order; this module only turns a fill's
+*root* states (those not derivable in Python from another state of the fill) into Spark
+DataFrames over the base tables at V — the state's whole subgraph compiled operator by
+operator, with the keys as filters that Spark pushes down — and runs them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from functools import reduce
+from typing import Any, Callable
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from partialflow.operators.base import Row
+from partialflow.server.graph import Node
+from partialflow.server.spark_compile import compile_output, compile_state
+from partialflow.server.state import State
+
+log = logging.getLogger("partialflow.upquery")
+_fids = itertools.count(1)
+
+
+@dataclass(eq=False)
+class Waiter:
+    """A read blocked on misses; the executor delivers each key's rows and LSN."""
+
+    keys: set[Row]
+    results: dict[Row, tuple[list[Row], int]] = field(default_factory=dict)
+    error: Exception | None = None
+    event: threading.Event = field(default_factory=threading.Event)
+
+    def deliver(self, key: Row, rows: list[Row], lsn: int) -> None:
+        self.results[key] = (rows, lsn)
+        if self.keys <= self.results.keys():
+            self.event.set()
+
+    def fail(self, error: Exception) -> None:
+        self.error = error
+        self.event.set()
+
+
+@dataclass(eq=False)
+class Fill:
+    """One upquery in flight: what it fills, from which snapshot, and what it holds."""
+
+    requester: State
+    lsn: int
+    keys: dict[State, set[Row]] = field(default_factory=dict)
+    roots: list[State] = field(default_factory=list)
+    waiters: dict[Row, list[Waiter]] = field(default_factory=dict)
+    # Updates with LSN > self.lsn that met a pending key: (lsn, seq, fill key, item).
+    held: list[tuple[int, int, Row, tuple]] = field(default_factory=list)
+    cancelled: set[Row] = field(default_factory=set)
+    fid: int = field(default_factory=lambda: next(_fids))
+    started: float = field(default_factory=time.monotonic)
+    dead: bool = False
+    snapshot: Any = None
+    _seq: itertools.count = field(default_factory=itertools.count)
+
+    def hold(self, lsn: int, fk: Row, item: tuple) -> None:
+        self.held.append((lsn, next(self._seq), fk, item))
+
+
+class FaultInjector:
+    """Test-only faults for Spark scans (off unless PARTIALFLOW_FAULTS is set or set_mode is called).
+
+    Modes: "" (none), "fail" (raise), "hang" (sleep past any deadline), "slow:SECONDS".
+    """
+
+    def __init__(self) -> None:
+        self.mode = os.environ.get("PARTIALFLOW_FAULTS", "")
+
+    def before_scan(self) -> None:
+        mode = self.mode
+        if not mode:
+            return
+        if mode == "fail":
+            raise RuntimeError("injected fault: Spark scan failed")
+        if mode == "hang":
+            time.sleep(3600)
+        if mode.startswith("slow:"):
+            time.sleep(float(mode.split(":", 1)[1]))
+
+
+class UpqueryRunner:
+    """Compiles a fill's root states to Spark and runs them on worker threads."""
+
+    def __init__(self, spark: SparkSession, storage: Any, workers: int = 4) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.spark = spark
+        self.storage = storage
+        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="upquery")
+        self.faults = FaultInjector()
+        self.jobs = 0
+
+    def submit(self, fill: Fill, done: Callable[[Fill, dict[int, list[Row]] | None, Exception | None], None]) -> None:
+        def run() -> None:
+            try:
+                results = self.run(fill)
+            except Exception as e:  # the executor turns this into a clean read error
+                log.warning("upquery %d failed: %s", fill.fid, str(e).splitlines()[0] if str(e) else e)
+                done(fill, None, e)
+            else:
+                done(fill, results, None)
+            finally:
+                if fill.snapshot is not None:
+                    fill.snapshot.close()
+
+        self.pool.submit(run)
+
+    def run(self, fill: Fill) -> dict[int, list[Row]]:
+        """Rows of each root state for its keys, all from the fill's snapshot."""
+        self.faults.before_scan()
+        memo: dict[int, DataFrame] = {}
+        results: dict[int, list[Row]] = {}
+        tag = f"partialflow-fill-{fill.fid}"
+        _tag(self.spark, tag)
+        try:
+            for st in fill.roots:
+                df = self.state_frame(st, fill.keys[st], fill.snapshot, memo)
+                self.jobs += 1
+                results[st.sid] = [tuple(r) for r in df.collect()]
+        finally:
+            _untag(self.spark, tag)
+        return results
+
+    def cancel(self, fill: Fill) -> None:
+        try:
+            if hasattr(self.spark, "interruptTag"):
+                self.spark.interruptTag(f"partialflow-fill-{fill.fid}")
+        except Exception:  # best effort: the reply is ignored anyway
+            pass
+
+    # -- compiling -------------------------------------------------------------------------
+    def state_frame(self, st: State, keys: set[Row], snapshot: Any, memo: dict[int, DataFrame]) -> DataFrame:
+        node = st.node
+        if st.kind == "grouped":
+            df = compile_state(node.op, [self.subtree(p, snapshot, memo) for p in node.parents])
+            groups = node.op.group_columns()
+            cols = [groups.index(c) for c in st.partial_cols]
+        else:
+            side = 0 if node.view is not None else next(s for s, x in node.sides.items() if x is st)
+            df = self.subtree(node.parents[side], snapshot, memo)
+            cols = list(st.partial_cols)
+        if st.partial_cols:
+            df = df.filter(key_filter(cols, keys))
+        return df
+
+    def subtree(self, node: Node, snapshot: Any, memo: dict[int, DataFrame]) -> DataFrame:
+        """The node's output rows at the snapshot, columns named _c0.._cN."""
+        df = memo.get(node.nid)
+        if df is None:
+            if node.table is not None:
+                df = snapshot.table_df(node.table)
+                df = df.toDF(*[f"_c{i}" for i in range(len(df.columns))])
+            else:
+                df = compile_output(node.op, [self.subtree(p, snapshot, memo) for p in node.parents])
+            memo[node.nid] = df
+        return df
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+def key_filter(cols: list[int], keys: set[Row]) -> Column:
+    """rows whose columns ``cols`` equal one of ``keys`` (NULL keys never match, as in SQL)."""
+    keys = [k for k in keys if all(v is not None for v in k)]
+    if not keys:
+        return F.lit(False)
+    if len(cols) == 1:
+        return F.col(f"_c{cols[0]}").isin([k[0] for k in keys])
+    conds = [reduce(lambda a, b: a & b, [F.col(f"_c{c}") == F.lit(v) for c, v in zip(cols, k)]) for k in keys]
+    return reduce(lambda a, b: a | b, conds)
+
+
+def _tag(spark: SparkSession, tag: str) -> None:
+    try:
+        spark.addTag(tag)
+    except Exception:
+        pass
+
+
+def _untag(spark: SparkSession, tag: str) -> None:
+    try:
+        spark.removeTag(tag)
+    except Exception:
+        pass
