@@ -1,0 +1,174 @@
+"""Concurrency stress: writers, cold and hot readers and evictions at once, under a
+memory limit small enough to force constant eviction. Every read is checked against
+Spark SQL over the base tables at the read's own LSN (one Spark job per view, see
+history_oracle.py), and no client may ever see its LSN go backwards.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+
+import pytest
+
+from helpers import InProcessServer
+from history_oracle import Recorder, first, verify
+
+DURATION = float(os.environ.get("PARTIALFLOW_STRESS_SECONDS", "30"))
+
+SCHEMAS = {
+    "info": "product string, category string",
+    "visit": "product string, user string, length bigint",
+    "score": "game bigint, player bigint, points bigint",
+    "auction": "id bigint, category bigint",
+    "bid": "auction bigint, bidder bigint, price double",
+}
+PRODUCTS = [f"p{i}" for i in range(40)]
+CATEGORIES = [f"c{i}" for i in range(8)]
+USERS = [f"u{i}" for i in range(30)]
+
+VIEWS = {
+    "maxlen": ("SELECT category, MAX(length) AS max_length FROM info JOIN visit ON info.product = visit.product WHERE category = ? GROUP BY category",
+               "SELECT i._at, i.category, i.category, MAX(v.length) FROM info_at i JOIN visit_at v ON i.product = v.product AND i._at = v._at GROUP BY i._at, i.category", 1),
+    "top3": ("SELECT game, player, points FROM score WHERE game = ? ORDER BY points DESC, player LIMIT 3",
+             "SELECT _at, game, game, player, points FROM (SELECT *, row_number() OVER (PARTITION BY _at, game ORDER BY points DESC, player, game) AS rn FROM score_at) WHERE rn <= 3", 1),
+    "product_visits": ("SELECT visit.product, visit.user, visit.length, info.category FROM visit JOIN info ON visit.product = info.product WHERE visit.product = ?",
+                       "SELECT v._at, v.product, v.product, v.user, v.length, i.category FROM visit_at v JOIN info_at i ON v.product = i.product AND v._at = i._at", 1),
+    "long_visits": ("SELECT user, product, length FROM visit WHERE length > 30 AND user = ?",
+                    "SELECT _at, user, user, product, length FROM visit_at WHERE length > 30", 1),
+    "winning": ("SELECT a.id AS auction, a.category AS category, MAX(b.price) AS price FROM auction a JOIN bid b ON a.id = b.auction GROUP BY a.id, a.category", None, 0),
+    "avg_winning": ("SELECT category, AVG(price) AS avg_price FROM winning WHERE category = ? GROUP BY category",
+                    "SELECT _at, category, category, AVG(price) FROM (SELECT a._at, a.id, a.category, MAX(b.price) AS price FROM auction_at a JOIN bid_at b ON a.id = b.auction AND a._at = b._at GROUP BY a._at, a.id, a.category) GROUP BY _at, category", 1),
+    "hot": ("SELECT auction, COUNT(*) AS bids FROM bid GROUP BY auction HAVING COUNT(*) > 10",
+            "SELECT _at, auction, COUNT(*) FROM bid_at GROUP BY _at, auction HAVING COUNT(*) > 10", 0),
+}
+KEYS = {
+    "maxlen": [(c,) for c in CATEGORIES],
+    "top3": [(g,) for g in range(25)],
+    "product_visits": [(p,) for p in PRODUCTS],
+    "long_visits": [(u,) for u in USERS],
+    "avg_winning": [(c,) for c in range(5)],
+    "hot": [()],
+}
+
+
+@pytest.fixture(scope="module")
+def small_server(spark, tmp_path_factory):
+    srv = InProcessServer(tmp_path_factory.mktemp("stress") / "data", spark, memory_limit=64 * 1024).start()
+    yield srv
+    srv.stop()
+
+
+def _setup(c, rec: Recorder, rng: random.Random) -> None:
+    for t, schema in SCHEMAS.items():
+        cols = ", ".join(f"{n} {'TEXT' if ty == 'string' else 'DOUBLE' if ty == 'double' else 'BIGINT'}" for n, ty in (x.split() for x in schema.split(", ")))
+        c.execute(f"CREATE TABLE {t} ({cols})")
+    seed = {
+        "info": [(p, rng.choice(CATEGORIES)) for p in PRODUCTS],
+        "visit": [(rng.choice(PRODUCTS), rng.choice(USERS), rng.randrange(100)) for _ in range(300)],
+        "score": [(rng.randrange(25), rng.randrange(50), rng.randrange(1000)) for _ in range(300)],
+        "auction": [(i, i % 5) for i in range(60)],
+        "bid": [(rng.randrange(60), rng.randrange(40), float(rng.randrange(1, 1000))) for _ in range(600)],
+    }
+    for t, rows in seed.items():
+        rec.write(c.insert(t, rows), t, rows, +1)
+    for name, (sql, _, _) in VIEWS.items():
+        c.execute(f"CREATE VIEW {name} AS {sql}")
+
+
+def _writer(server, rec: Recorder, lock: threading.Lock, seed: int, stop: float, errors: list) -> None:
+    rng = random.Random(seed)
+    mine: dict[str, list[tuple]] = {"visit": [], "score": [], "bid": [], "info": []}
+    with server.client() as c:
+        while time.monotonic() < stop:
+            try:
+                table = rng.choice(["visit", "visit", "score", "bid", "bid", "info"])
+                if table == "info":
+                    # Move a product to another category: an update of the dimension table.
+                    rows = c.query(f"SELECT product, category FROM info WHERE product = '{rng.choice(PRODUCTS)}'").rows
+                    if rows:
+                        old = rows[0]
+                        new = (old[0], rng.choice(CATEGORIES))
+                        try:
+                            lsn = c.update("info", [old], [new])
+                        except Exception:  # another writer moved it first: NotFound, fine
+                            continue
+                        with lock:
+                            rec.write(lsn, "info", [old], -1)
+                            rec.write(lsn, "info", [new], +1)
+                    continue
+                if mine[table] and rng.random() < 0.4:
+                    rows = [mine[table].pop(rng.randrange(len(mine[table]))) for _ in range(min(len(mine[table]), rng.randint(1, 3)))]
+                    lsn = c.delete(table, rows)
+                    sign = -1
+                else:
+                    n = rng.randint(1, 5)
+                    if table == "visit":
+                        rows = [(rng.choice(PRODUCTS), rng.choice(USERS), rng.randrange(100)) for _ in range(n)]
+                    elif table == "score":
+                        rows = [(rng.randrange(25), rng.randrange(50), rng.randrange(1000)) for _ in range(n)]
+                    else:
+                        rows = [(rng.randrange(60), rng.randrange(40), float(rng.randrange(1, 1000))) for _ in range(n)]
+                    lsn = c.insert(table, rows)
+                    mine[table] += rows
+                    sign = +1
+                with lock:
+                    rec.write(lsn, table, rows, sign)
+                time.sleep(rng.random() * 0.02)
+            except Exception as e:  # pragma: no cover - reported below
+                errors.append(f"writer: {e!r}")
+                return
+
+
+def _reader(server, rec: Recorder, lock: threading.Lock, seed: int, stop: float, errors: list, stats: dict) -> None:
+    rng = random.Random(seed)
+    last_lsn = 0
+    views = [v for v in KEYS]
+    with server.client() as c:
+        while time.monotonic() < stop:
+            view = rng.choice(views)
+            try:
+                keys = rng.sample(KEYS[view], min(len(KEYS[view]), rng.choice([1, 1, 1, 4])))
+                if rng.random() < 0.15:
+                    c.evict(view, keys[0])
+                    stats["evicts"] += 1
+                results = c.lookup_many(view, keys) if len(keys) > 1 else {keys[0]: c.lookup(view, keys[0])}
+                for key, res in results.items():
+                    if res.lsn < last_lsn:
+                        errors.append(f"LSN went backwards for a client: {res.lsn} after {last_lsn}")
+                    last_lsn = max(last_lsn, res.lsn)
+                    with lock:
+                        rec.read(view, tuple(key) if isinstance(key, tuple) else (key,), res.lsn, res.rows)
+                stats["reads"] += len(results)
+            except Exception as e:
+                errors.append(f"reader {view}: {e!r}")
+                return
+
+
+def test_stress_concurrent_reads_writes_evictions(small_server, spark):
+    rng = random.Random(7)
+    rec = Recorder(SCHEMAS)
+    lock = threading.Lock()
+    errors: list[str] = []
+    stats = {"reads": 0, "evicts": 0}
+    with small_server.client() as c:
+        _setup(c, rec, rng)
+    stop = time.monotonic() + DURATION
+    threads = [threading.Thread(target=_writer, args=(small_server, rec, lock, 100 + i, stop, errors)) for i in range(3)]
+    threads += [threading.Thread(target=_reader, args=(small_server, rec, lock, 200 + i, stop, errors, stats)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=DURATION + 120)
+    assert not errors, first(errors)
+    with small_server.client() as c:
+        server_stats = c.stats()
+    assert server_stats["memory_bytes"] <= server_stats["memory_limit"]
+    evictions = sum(v["evictions"] for v in server_stats["views"].values())
+    assert evictions > stats["evicts"], "the memory limit should force evictions beyond the explicit ones"
+    oracles = {v: (VIEWS[v][1], VIEWS[v][2]) for v in KEYS}
+    checked, bad = verify(spark, rec, oracles)
+    assert checked == stats["reads"] and checked > 200
+    assert not bad, f"{len(bad)} of {checked} reads differ from Spark:\n{first(bad)}"
