@@ -1,0 +1,135 @@
+"""Partial state: holes, one key per read, coalesced upqueries, ordering against writes
+that arrive while a Spark scan is running, failing scans, and the memory limit."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+import pytest
+
+from helpers import InProcessServer
+from oracle import assert_matches, check_results
+from partialflow.client import Unavailable
+
+COUNT_SQL = "SELECT k, COUNT(*) AS n, SUM(v) AS total FROM {t} WHERE k = ? GROUP BY k"
+
+
+def _table(c, name, n_keys=200, per_key=3, seed=1):
+    rng = random.Random(seed)
+    c.execute(f"CREATE TABLE {name} (k BIGINT, v BIGINT)")
+    rows = [(k, rng.randrange(100)) for k in range(n_keys) for _ in range(per_key)]
+    return c.insert(name, rows)
+
+
+def _jobs(c) -> int:
+    return c.stats()["spark_jobs"]
+
+
+def test_new_view_is_empty_and_one_read_fills_one_key(server, uniq):
+    t = f"{uniq}t"
+    with server.client() as c:
+        _table(c, t)
+        c.execute(f"CREATE VIEW {uniq}v AS " + COUNT_SQL.format(t=t))
+        view = f"{uniq}v"
+        assert c.stats()["views"][view]["keys_filled"] == 0
+        r = c.lookup(view, 7)
+        assert_matches(c, COUNT_SQL.format(t=t), (7,), r)
+        s = c.stats()["views"][view]
+        assert s["keys_filled"] == 1 and s["misses"] == 1 and s["upqueries"] == 1
+        c.lookup(view, 7)
+        s = c.stats()["views"][view]
+        assert s["keys_filled"] == 1 and s["hits"] == 1 and s["upqueries"] == 1
+
+
+def test_lookup_many_of_100_cold_keys_is_one_spark_job(server, uniq):
+    t = f"{uniq}t"
+    with server.client() as c:
+        _table(c, t)
+        c.execute(f"CREATE VIEW {uniq}v AS " + COUNT_SQL.format(t=t))
+        view = f"{uniq}v"
+        before = _jobs(c)
+        results = c.lookup_many(view, list(range(100)))
+        assert _jobs(c) - before == 1
+        assert c.stats()["views"][view]["keys_filled"] == 100
+        assert not check_results(c, COUNT_SQL.format(t=t), results)
+
+
+def test_writes_during_a_held_scan_are_neither_lost_nor_doubled(server, uniq):
+    """Hold the upquery's Spark scan open while writes to the same key arrive; the filled
+    key must reflect the snapshot plus exactly the writes after it."""
+    t = f"{uniq}t"
+    sql = COUNT_SQL.format(t=t)
+    faults = server.engine.dataflow.runner.faults
+    with server.client() as c:
+        _table(c, t)
+        c.execute(f"CREATE VIEW {uniq}v AS {sql}")
+        view = f"{uniq}v"
+        out: dict = {}
+        faults.mode = "slow:2"
+        try:
+            reader = threading.Thread(target=lambda: out.setdefault("r", c.lookup(view, 5)))
+            reader.start()
+            time.sleep(0.5)  # the fill is issued at the current LSN and its scan sleeps
+            lsns = [c.insert(t, [(5, 1000 + i)]) for i in range(5)]
+            lsns.append(c.delete(t, [(5, 1000)]))
+            lsns.append(c.update(t, [(5, 1001)], [(5, 2001)]))
+            reader.join()
+        finally:
+            faults.mode = ""
+        first = out["r"]
+        assert_matches(c, sql, (5,), first)
+        latest = c.lookup(view, 5, min_lsn=lsns[-1])
+        assert latest.lsn >= lsns[-1]
+        assert_matches(c, sql, (5,), latest)
+        assert latest.rows[0][1] == 3 + 5 - 1
+
+
+def test_failed_scan_errors_cleanly_and_next_read_succeeds(server, uniq):
+    t = f"{uniq}t"
+    faults = server.engine.dataflow.runner.faults
+    with server.client() as c:
+        _table(c, t)
+        c.execute(f"CREATE VIEW {uniq}v AS " + COUNT_SQL.format(t=t))
+        view = f"{uniq}v"
+        faults.mode = "fail"
+        try:
+            with pytest.raises(Unavailable, match="upquery failed"):
+                c.lookup(view, 3)
+        finally:
+            faults.mode = ""
+        assert c.stats()["views"][view]["keys_filled"] == 0
+        assert_matches(c, COUNT_SQL.format(t=t), (3,), c.lookup(view, 3))
+
+
+def test_skewed_10k_keys_under_1mb(spark, tmp_path):
+    limit = 1024 * 1024
+    srv = InProcessServer(tmp_path / "data", spark, memory_limit=limit).start()
+    try:
+        rng = random.Random(3)
+        with srv.client() as c:
+            c.execute("CREATE TABLE ev (k BIGINT, v BIGINT, tag TEXT)")
+            n_keys = 12_000
+            c.insert("ev", [(k, rng.randrange(1000), f"tag-{k % 97}") for k in range(n_keys) for _ in range(2)])
+            sql = "SELECT k, tag, COUNT(*) AS n, MAX(v) AS hi FROM ev WHERE k = ? GROUP BY k, tag"
+            c.execute(f"CREATE VIEW skew AS {sql}")
+            mismatches: list[str] = []
+            peak = 0
+            for round_ in range(24):
+                # Zipf-like skew: a few hot keys, a long tail of cold ones.
+                keys = sorted({min(n_keys - 1, int(rng.paretovariate(0.6))) for _ in range(400)} | {rng.randrange(n_keys) for _ in range(300)})
+                results = c.lookup_many("skew", keys)
+                if round_ % 6 == 0:
+                    mismatches += check_results(c, sql, dict(list(results.items())[:200]))
+                new = [(rng.choice(keys), rng.randrange(1000), f"tag-{rng.randrange(97)}") for _ in range(50)]
+                c.insert("ev", new)
+                s = c.stats()
+                peak = max(peak, s["memory_bytes"])
+                assert s["memory_bytes"] <= limit
+            s = c.stats()
+            assert s["views"]["skew"]["evictions"] > 0
+            assert s["views"]["skew"]["hits"] > 0
+            assert not mismatches, "\n".join(mismatches[:5])
+    finally:
+        srv.stop()
