@@ -1,0 +1,146 @@
+"""γ: GROUP BY with COUNT(*), COUNT, SUM, AVG, MIN, MAX.
+
+One generic grouped operator; the functions in ``aggfuncs`` supply only arithmetic.
+Output row = the group's values (in ``group_by`` order) + one value per aggregate, so the
+group columns are output columns 0..g-1. The entry per group is ``AggEntry``: the
+group's row count and one state per aggregate.
+
+A group whose row count drops to 0 disappears (only its old row is retracted). A global
+aggregate (no GROUP BY) always has exactly one row, as in SQL: over no input it is COUNT
+0 and NULL for the rest. Its group ``()`` is therefore never removed, and an absent entry
+counts as that empty-input row.
+
+MIN/MAX keep ``candidates`` distinct values per group (None = all of them, for full
+state); when deletions exhaust them the group is reported in ``Output.exhausted`` and
+nothing is emitted for it (see ``candidates.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Hashable, NamedTuple
+
+from partialflow.operators import aggfuncs
+from partialflow.operators.base import Delta, GroupedOperator, Output, Row, StateView
+from partialflow.operators.grouped import Exhausted, by_group, column_getter
+
+
+@dataclass(frozen=True)
+class AggSpec:
+    """One aggregate call: ``func`` in COUNT_STAR|COUNT|SUM|AVG|MIN|MAX over input
+    column ``col`` (None for COUNT_STAR)."""
+
+    func: str
+    col: int | None = None
+
+
+class AggEntry(NamedTuple):
+    """A group's state: its input row count and one state per aggregate."""
+
+    rows: int
+    states: tuple[Any, ...]
+
+
+class Aggregate(GroupedOperator):
+    """γ over input columns ``group_by`` computing ``aggs``."""
+
+    symbol = "γ"
+
+    def __init__(self, columns: tuple[str, ...], group_by: tuple[int, ...],
+                 aggs: list[AggSpec], candidates: int | None = None) -> None:
+        super().__init__(columns, 1)
+        if len(self.columns) != len(group_by) + len(aggs):
+            raise ValueError(f"{len(self.columns)} columns for {len(group_by)} groups "
+                             f"+ {len(aggs)} aggregates")
+        for a in aggs:
+            if (a.col is None) != (a.func == "COUNT_STAR"):
+                raise ValueError(f"{a.func} needs {'no' if a.col is None else 'a'} column")
+        if candidates is not None and candidates < 1:
+            raise ValueError(f"candidates must be at least 1, got {candidates}")
+        self.group_by = tuple(group_by)
+        self.aggs = list(aggs)
+        # Read at call time: the graph turns a bounded operator into an unbounded copy
+        # (for full state) by setting this attribute.
+        self.candidates = candidates
+        self.funcs = [aggfuncs.make(a.func, a.col) for a in self.aggs]
+        self._group_of = column_getter(self.group_by)
+
+    # -- wiring ------------------------------------------------------------------------
+    def group_columns(self) -> tuple[int, ...]:
+        return tuple(range(len(self.group_by)))
+
+    def resolve(self, col: int) -> list[tuple[int, int]]:
+        return [(0, self.group_by[col])] if col < len(self.group_by) else []
+
+    def input_group(self, parent: int, row: Row) -> Row:
+        return self._group_of(row)
+
+    # -- computation -------------------------------------------------------------------
+    def on_input(self, parent: int, deltas: list[Delta], state: StateView) -> Output:
+        out = Output()
+        for group, batch in by_group(deltas, self._group_of).items():
+            old = state.own(group)
+            try:
+                new = self._fold(old if old is not None else self._initial(), batch)
+            except Exhausted:
+                out.exhausted.append(group)
+                continue
+            self._emit(group, old, new, out)
+        return out
+
+    def _initial(self) -> AggEntry:
+        return AggEntry(0, tuple(f.initial() for f in self.funcs))
+
+    def _fold(self, entry: AggEntry, batch: list[Delta]) -> AggEntry:
+        states = []
+        for f, st in zip(self.funcs, entry.states):
+            diffs = [d for d in (f.to_diff(row, sign) for row, sign in batch) if d is not None]
+            states.append(f.apply(st, diffs, self.candidates) if diffs else st)
+        return AggEntry(entry.rows + sum(sign for _, sign in batch), tuple(states))
+
+    def _emit(self, group: Row, old: AggEntry | None, new: AggEntry, out: Output) -> None:
+        is_global = not self.group_by
+        old_rows = self.output_rows(group, old if old is not None else self._initial())
+        if new.rows <= 0 and not is_global:
+            out.writes[group] = None
+            out.deltas.extend((r, -1) for r in old_rows)
+            return
+        out.writes[group] = new
+        new_rows = self.output_rows(group, new)
+        if old_rows != new_rows:
+            out.deltas.extend((r, -1) for r in old_rows)
+            out.deltas.extend((r, 1) for r in new_rows)
+
+    # -- state -------------------------------------------------------------------------
+    def output_rows(self, group: Row, entry: AggEntry) -> list[Row]:
+        if entry.rows <= 0 and self.group_by:
+            return []
+        return [group + tuple(f.result(s) for f, s in zip(self.funcs, entry.states))]
+
+    def load_entries(self, state_rows: list[Row]) -> dict[Row, Any]:
+        """Rows ``(group values..., row count, accumulators per aggregate...)``; the
+        accumulator columns of each function are listed in ``aggfuncs``."""
+        g = len(self.group_by)
+        entries: dict[Row, Any] = {}
+        for row in state_rows:
+            row_count = int(row[g] or 0)
+            states, i = [], g + 1
+            for f in self.funcs:
+                states.append(f.load(row_count, row[i:i + f.width], self.candidates))
+                i += f.width
+            entries[tuple(row[:g])] = AggEntry(row_count, tuple(states))
+        return entries
+
+    def entry_size(self, entry: AggEntry) -> int:
+        return 72 + sum(f.size(s) for f, s in zip(self.funcs, entry.states))
+
+    # -- identity ----------------------------------------------------------------------
+    def signature(self) -> Hashable:
+        return ("aggregate", self.group_by, tuple((a.func, a.col) for a in self.aggs),
+                self.candidates)
+
+    def description(self) -> str:
+        calls = ", ".join("COUNT(*)" if a.col is None else f"{a.func}(#{a.col})"
+                          for a in self.aggs)
+        by = ", ".join(f"#{c}" for c in self.group_by)
+        return f"γ[{by or '()'}: {calls}]"

@@ -1,0 +1,141 @@
+"""Bounded best-first candidate lists for MIN/MAX and top-k.
+
+A partial MIN/MAX or top-k state can't keep every value of a group, so it keeps the best
+``cap`` distinct items with their multiplicities plus ``total``, the number of items in the
+group (kept or not). Invariant: every item not kept is worse than every kept item. An
+insert better than the worst kept item enters (pushing the worst out beyond ``cap``);
+a worse one only counts in ``total`` once the list is truncated. Deletions of kept items
+shrink the list; when it no longer holds what the output needs while ``total`` says
+items remain unseen, the group is exhausted and must be recomputed (by upquery).
+
+Items are ordered by a key function (best first); equal keys mean equal items.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from typing import Any, Callable
+
+from partialflow.operators.sizes import list_size, value_size
+
+KeyFn = Callable[[Any], Any]
+
+
+class Candidates:
+    """A group's kept items (best first, distinct, with counts) and its total item count."""
+
+    __slots__ = ("items", "counts", "kept", "total")
+
+    def __init__(self, items: list[Any] | None = None, counts: list[int] | None = None,
+                 total: int | None = None) -> None:
+        self.items: list[Any] = items if items is not None else []
+        self.counts: list[int] = counts if counts is not None else [1] * len(self.items)
+        self.kept = sum(self.counts)
+        self.total = self.kept if total is None else total
+
+    @classmethod
+    def loaded(cls, pairs: list[tuple[Any, int]], total: int, key: KeyFn) -> Candidates:
+        """From (item, count) pairs in any order, e.g. rows of a Spark state."""
+        pairs = sorted(pairs, key=lambda p: key(p[0]))
+        return cls([p[0] for p in pairs], [int(p[1]) for p in pairs], int(total))
+
+    def copy(self) -> Candidates:
+        twin = Candidates.__new__(Candidates)
+        twin.items, twin.counts = self.items[:], self.counts[:]
+        twin.kept, twin.total = self.kept, self.total
+        return twin
+
+    @property
+    def truncated(self) -> bool:
+        """Some items of the group are not kept."""
+        return self.total > self.kept
+
+    def insert(self, item: Any, key: KeyFn, cap: int | None) -> None:
+        """Count one more ``item``; keep it if it belongs among the best ``cap``."""
+        items, counts = self.items, self.counts
+        k = key(item)
+        i = bisect_left(items, k, key=key)
+        self.total += 1
+        if i < len(items) and key(items[i]) == k:
+            counts[i] += 1
+            self.kept += 1
+            return
+        room = cap is None or len(items) < cap
+        # Untruncated with room: every item is kept. Otherwise only items better than
+        # the worst kept one may enter (unseen items are all worse than that one).
+        if (room and self.total - 1 == self.kept) or i < len(items):
+            items.insert(i, item)
+            counts.insert(i, 1)
+            self.kept += 1
+            if cap is not None and len(items) > cap:
+                items.pop()
+                self.kept -= counts.pop()
+
+    def delete(self, item: Any, key: KeyFn) -> None:
+        """Count one less ``item`` (kept or unseen)."""
+        items, counts = self.items, self.counts
+        k = key(item)
+        i = bisect_left(items, k, key=key)
+        self.total -= 1
+        if i < len(items) and key(items[i]) == k:
+            self.kept -= 1
+            counts[i] -= 1
+            if counts[i] == 0:
+                del items[i]
+                del counts[i]
+
+    def best(self, n: int) -> list[Any]:
+        """The first ``n`` kept items, repeated by multiplicity."""
+        out: list[Any] = []
+        for item, count in zip(self.items, self.counts):
+            out.extend([item] * min(count, n - len(out)))
+            if len(out) >= n:
+                break
+        return out
+
+    def size(self, item_size: Callable[[Any], int] = value_size) -> int:
+        """Approximate bytes held (lists, items and counts)."""
+        return (64 + list_size(self.items) + list_size(self.counts)
+                + sum(item_size(x) for x in self.items)
+                + sum(value_size(c) for c in self.counts))
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, Candidates) and self.items == other.items
+                and self.counts == other.counts and self.total == other.total)
+
+    def __repr__(self) -> str:
+        pairs = ", ".join(f"{x!r}×{c}" for x, c in zip(self.items, self.counts))
+        return f"Candidates([{pairs}], total={self.total})"
+
+
+class Descending:
+    """Sort key wrapper that reverses the order of any comparable value (e.g. strings)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __lt__(self, other: Descending) -> bool:
+        return other.value < self.value
+
+    def __gt__(self, other: Descending) -> bool:
+        return other.value > self.value
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Descending) and self.value == other.value
+
+    def __hash__(self) -> int:
+        return hash(self.value)
+
+
+def descending(v: Any) -> Any:
+    """A key that sorts ``v`` in descending order (numbers negate; others are wrapped)."""
+    if v.__class__ is int or v.__class__ is float or v.__class__ is bool:
+        return -v
+    return Descending(v)
+
+
+def ascending(v: Any) -> Any:
+    """Identity key, for symmetry with ``descending``."""
+    return v

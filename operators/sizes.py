@@ -1,0 +1,44 @@
+"""Approximate memory sizes of rows and state entries, for the memory limit.
+
+Honest but cheap: ``sys.getsizeof`` of the containers and values, without following
+shared objects (None, booleans and small ints are singletons in CPython and cost a
+pointer only). Used by the executor for row states and by grouped operators for entries.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Iterable
+
+_getsizeof = sys.getsizeof
+# The pointer a container holds for each element.
+POINTER = 8
+# Per-key overhead of a dict slot (hash, key and value pointers, load factor slack).
+DICT_SLOT = 3 * POINTER * 3 // 2
+
+
+def value_size(v: Any) -> int:
+    """Bytes a value owns beyond the pointer to it."""
+    if v is None or v.__class__ is bool:
+        return 0
+    if v.__class__ is int and -5 <= v <= 256:  # CPython's cached small ints
+        return 0
+    return _getsizeof(v)
+
+
+def row_size(row: tuple[Any, ...]) -> int:
+    """Bytes held by a row tuple and its values."""
+    size = _getsizeof(row)
+    for v in row:
+        size += value_size(v)
+    return size
+
+
+def rows_size(rows: Iterable[tuple[Any, ...]]) -> int:
+    """Bytes of several rows (not counting the container that holds them)."""
+    return sum(row_size(r) for r in rows)
+
+
+def list_size(items: list[Any]) -> int:
+    """Bytes of a list object itself (its pointer array), not of its elements."""
+    return _getsizeof(items)
