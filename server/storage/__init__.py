@@ -1,0 +1,34 @@
+"""Durable, LSN-versioned base tables: WAL with group commit, Parquet segments, Spark reads.
+
+Public interface (other packages code against exactly these names)::
+
+    from partialflow.server.storage import (
+        Storage, Snapshot, TableSchema, Column, ColumnType, WriteRecord, normalize_type,
+    )
+"""
+
+from __future__ import annotations
+
+from partialflow.server.storage.record import WriteRecord
+from partialflow.server.storage.schema import (
+    COLUMN_TYPES,
+    Column,
+    ColumnType,
+    TableSchema,
+    check_identifier,
+    normalize_type,
+)
+from partialflow.server.storage.snapshot import Snapshot
+from partialflow.server.storage.store import Storage
+
+__all__ = [
+    "COLUMN_TYPES",
+    "Column",
+    "ColumnType",
+    "Snapshot",
+    "Storage",
+    "TableSchema",
+    "WriteRecord",
+    "check_identifier",
+    "normalize_type",
+]

@@ -1,0 +1,169 @@
+"""Flush (memtable -> Parquet), WAL truncation and compaction, as functions over a Storage.
+
+They live apart from ``store.py`` to keep each module readable; they use the Storage's locks
+in its documented order (ddl -> manifest -> storage lock).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import TYPE_CHECKING, Any, Iterable
+
+from partialflow.server.storage.catalog import TableEntry, TableManifest
+from partialflow.server.storage.segments import entries_to_table, spark_compact, write_segment
+
+if TYPE_CHECKING:
+    from partialflow.server.storage.store import Storage
+
+log = logging.getLogger(__name__)
+
+
+def flush(st: Storage) -> None:
+    """Write every memtable entry that is durable now into one new segment per table, then
+    atomically publish them in the manifest together with the new flushed LSN."""
+    with st._manifest_lock:
+        with st._lock:
+            upto = st._durable_lsn
+            if upto <= st._manifest.flushed_lsn:
+                st._last_flush = time.monotonic()
+                return
+            # Every entry in the memtable is durable (appended together with _durable_lsn).
+            work = {tid: list(ents) for tid, ents in st._mem.items() if ents}
+            entries = st._catalog.by_id()
+        new_segs = {}
+        for tid, ents in work.items():
+            entry = entries.get(tid)
+            if entry is None:
+                continue
+            table = entries_to_table(entry.schema, ents)
+            if table.num_rows == 0:
+                continue  # only empty writes
+            table_dir = st._table_dir(entry.schema.name)
+            table_dir.mkdir(parents=True, exist_ok=True)
+            new_segs[tid] = write_segment(table_dir, table)
+        with st._lock:
+            manifest = st._manifest.copy()
+        for tid, seg in new_segs.items():
+            tm = manifest.tables.setdefault(tid, TableManifest())
+            tm.segments = tm.segments + (seg,)
+        manifest.flushed_lsn = upto
+        manifest.save(st.manifest_path)
+        with st._lock:
+            st._manifest = manifest
+            for tid, ents in work.items():
+                mem = st._mem.get(tid)
+                if mem is not None:
+                    del mem[: len(ents)]
+                    st._mem_rows -= sum(e.batch.num_rows for e in ents)
+            st.counters["flushes"] += 1
+            st._last_flush = time.monotonic()
+            st._bg_cv.notify_all()  # the compactor may now have work
+
+
+def truncate_wal(st: Storage) -> int:
+    """Delete WAL files whose records are all in Parquet and in the (made durable) row index."""
+    assert st._wal is not None and st._index is not None
+    with st._lock:
+        safe = min(st._manifest.flushed_lsn, st._index_lsn)
+    with st._wal_lock:
+        if not st._wal.coverable(safe):
+            return 0
+    with st._ddl_lock:
+        st._index.make_durable()
+    with st._wal_lock:
+        return st._wal.delete_covered(safe)
+
+
+def delete_files(st: Storage, paths: Iterable[str]) -> None:
+    """Remove obsolete segment files; drop a table directory once its table is gone and empty."""
+    parents = set()
+    for p in paths:
+        try:
+            os.unlink(p)
+        except FileNotFoundError:
+            pass
+        parents.add(os.path.dirname(p))
+    if not parents:
+        return
+    with st._lock:
+        live = {name for name in st._catalog.tables}
+    for d in parents:
+        if os.path.basename(d) not in live:
+            try:
+                os.rmdir(d)
+            except OSError:
+                pass
+
+
+def compact_table(st: Storage, entry: TableEntry) -> dict[str, Any]:
+    """Merge all segments of one table with Spark, consolidating rows up to the horizon.
+
+    Horizon H = flushed_lsn - retention_lsns, lowered to the oldest pinned snapshot, never
+    above flushed_lsn and never below the table's current horizon. Reads as of LSNs >= H stay
+    exact; older ones are refused from then on.
+    """
+    with st._compact_lock:
+        t0 = time.monotonic()
+        with st._lock:
+            if entry.id not in st._live:
+                return _figures(0, 0, 0, 0, 0, t0)
+            tm = st._manifest.tables.get(entry.id) or TableManifest()
+            segs = tm.segments
+            flushed = st._manifest.flushed_lsn
+            horizon = min(flushed - st.retention_lsns, flushed)
+            if st._pins:
+                horizon = min(horizon, min(st._pins))
+            horizon = max(horizon, tm.horizon)
+            table_dir = st._table_dir(entry.schema.name)
+            paths = [str(table_dir / s.file) for s in segs]
+            for p in paths:  # keep the inputs alive while Spark reads them
+                st._file_refs[p] += 1
+        rows_before = sum(s.rows for s in segs)
+        try:
+            if not segs or (len(segs) == 1 and horizon == tm.horizon):
+                return _figures(len(segs), len(segs), rows_before, rows_before, tm.horizon, t0)
+            new = spark_compact(st.spark, entry.schema, table_dir, segs, horizon)
+            with st._manifest_lock:
+                with st._lock:
+                    alive = entry.id in st._live
+                    manifest = st._manifest.copy()
+                if not alive:
+                    if new is not None:
+                        os.unlink(table_dir / new.file)
+                    return _figures(len(segs), 0, rows_before, 0, horizon, t0)
+                cur = manifest.tables.setdefault(entry.id, TableManifest())
+                rest = tuple(s for s in cur.segments if s not in segs)
+                cur.segments = ((new,) if new is not None else ()) + rest
+                cur.horizon = max(cur.horizon, horizon)
+                manifest.save(st.manifest_path)
+                with st._lock:
+                    st._manifest = manifest
+                    st._obsolete.update(paths)
+                    st.counters["compactions"] += 1
+            rows_after = (new.rows if new else 0) + sum(s.rows for s in rest)
+            log.info("compacted %s: %d -> %d segments, horizon %d", entry.schema.name,
+                     len(segs) + len(rest), len(cur.segments), cur.horizon)
+            return _figures(len(segs) + len(rest), len(cur.segments), rows_before + sum(s.rows for s in rest),
+                            rows_after, cur.horizon, t0)
+        finally:
+            with st._lock:
+                for p in paths:
+                    st._file_refs[p] -= 1
+                    if st._file_refs[p] <= 0:
+                        del st._file_refs[p]
+                doomed = st._collect_unreferenced()
+            delete_files(st, doomed)
+
+
+def _figures(seg_before: int, seg_after: int, rows_before: int, rows_after: int, horizon: int,
+             t0: float) -> dict[str, Any]:
+    return {
+        "segments_before": seg_before,
+        "segments_after": seg_after,
+        "rows_before": rows_before,
+        "rows_after": rows_after,
+        "horizon": horizon,
+        "seconds": round(time.monotonic() - t0, 3),
+    }

@@ -1,0 +1,214 @@
+"""Opening a data directory: load catalog and manifest, clean up, replay the WAL.
+
+Invariants that make replay exact (every acknowledged write once, none twice):
+
+- The manifest's ``flushed_lsn`` F says every record with LSN <= F is in a published segment
+  and no record above F is: WAL records > F go back into the memtable, the rest are skipped.
+- The row index's meta LSN I is committed in the same sqlite transaction as the rows it
+  covers, and the index only ever receives durable records: WAL records > I are re-applied.
+- WAL files are deleted only once all their records are <= min(F, I) and the index has been
+  checkpointed and fsynced, so the records recovery needs are always in the log. If the index
+  is nevertheless behind the log's start (or unreadable), it is rebuilt from the segments.
+- Files not referenced by the manifest (segments of an interrupted flush or compaction, temp
+  files, directories of dropped tables) are deleted.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import sqlite3
+from collections import Counter
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from partialflow.server.errors import FailedPrecondition
+from partialflow.server.storage.catalog import Catalog, Manifest, TableEntry
+from partialflow.server.storage.rowindex import RowIndex, key_hashes, row_hashes
+from partialflow.server.storage.schema import DIFF_COL
+from partialflow.server.storage.segments import MemEntry
+from partialflow.server.storage.wal import WalWriter, read_wal
+
+if TYPE_CHECKING:
+    from partialflow.server.storage.store import Storage
+
+log = logging.getLogger(__name__)
+
+
+def decode_batch(body: memoryview, schema: pa.Schema) -> pa.RecordBatch:
+    # Copy into a fresh buffer: Arrow wants its IPC bodies 8-byte aligned, a slice of the
+    # file bytes need not be; it also lets the file's bytes be freed.
+    return pa.ipc.read_record_batch(pa.py_buffer(bytes(body)), schema)
+
+
+def batch_rows(batch: pa.RecordBatch) -> list[tuple]:
+    if batch.num_rows == 0:
+        return []
+    return list(zip(*[c.to_pylist() for c in batch.columns]))
+
+
+def recover(st: Storage) -> None:
+    """Bring ``st`` to the state of its data directory (called by ``Storage.open``)."""
+    for d in (st.data_dir, st.tables_dir, st.wal_dir):
+        d.mkdir(parents=True, exist_ok=True)
+    for leftover in (st.catalog_path, st.manifest_path):
+        leftover.with_name(leftover.name + ".tmp").unlink(missing_ok=True)
+    catalog = Catalog.load(st.catalog_path)
+    manifest = Manifest.load(st.manifest_path)
+    by_id = catalog.by_id()
+    stale = [tid for tid in manifest.tables if tid not in by_id]
+    for tid in stale:
+        del manifest.tables[tid]
+    if stale:
+        manifest.save(st.manifest_path)
+    _clean_table_dirs(st, catalog, manifest)
+
+    index = _open_index(st.data_dir / "index.sqlite")
+    for tid in index.table_ids() - set(by_id):
+        index.drop(tid)
+    for e in by_id.values():
+        index.create(e.id, bool(e.schema.primary_key))
+    index_lsn = index.lsn
+    flushed = manifest.flushed_lsn
+
+    mem: dict[int, list[MemEntry]] = {tid: [] for tid in by_id}
+    arrow_schemas = {tid: e.schema.arrow_schema() for tid, e in by_id.items()}
+    last = max(flushed, index_lsn)
+    first_wal: int | None = None
+    index_ok = True
+    replayed = 0
+    index.begin()
+    for rec in read_wal(st.wal_dir):
+        if first_wal is None:
+            first_wal = rec.lsn
+            if rec.lsn > flushed + 1:
+                raise FailedPrecondition(
+                    f"write-ahead log starts at LSN {rec.lsn} but only LSNs up to {flushed} are "
+                    "in Parquet; acknowledged writes are missing, refusing to open"
+                )
+            index_ok = rec.lsn <= index_lsn + 1
+        last = max(last, rec.lsn)
+        entry = by_id.get(rec.table_id)
+        if entry is None or (rec.lsn <= flushed and rec.lsn <= index_lsn):
+            continue  # a dropped table's write, or one already everywhere
+        batch = decode_batch(rec.body, arrow_schemas[rec.table_id])
+        if rec.lsn > flushed:
+            mem[rec.table_id].append(MemEntry(rec.lsn, rec.ndel, batch))
+        if rec.lsn > index_lsn and index_ok:
+            _apply_to_index(index, entry, batch, rec.ndel)
+        replayed += 1
+    if first_wal is None and index_lsn < last:
+        index_ok = False  # index older than everything, and no log left to catch it up from
+    if index_ok:
+        index.commit(last)
+    else:
+        index.rollback()
+        log.warning("row index (LSN %d) cannot be caught up from the log; rebuilding it", index_lsn)
+        _rebuild_index(st, index, by_id, manifest, mem, last)
+
+    st._catalog = catalog
+    st._manifest = manifest
+    st._live = set(by_id)
+    st._index = index
+    st._mem = mem
+    st._mem_rows = sum(e.batch.num_rows for ents in mem.values() for e in ents)
+    st._next_lsn = last + 1
+    st._durable_lsn = st._acked_lsn = st._index_lsn = last
+    st._wal = WalWriter(st.wal_dir, last + 1, st.wal_rotate_bytes)
+    log.info("storage open at %s: LSN %d (flushed %d, %d WAL records replayed)",
+             st.data_dir, last, flushed, replayed)
+
+
+def _apply_to_index(index: RowIndex, entry: TableEntry, batch: pa.RecordBatch, ndel: int) -> None:
+    rows = batch_rows(batch)
+    hashes = row_hashes(rows)
+    delta: Counter[bytes] = Counter(hashes[ndel:])
+    delta.subtract(hashes[:ndel])
+    kdelta = None
+    pk = entry.schema.primary_key
+    if pk:
+        keys = key_hashes(rows, pk)
+        kdelta = Counter(keys[ndel:])
+        kdelta.subtract(keys[:ndel])
+        kdelta = {h: k for h, k in kdelta.items() if k}
+    index.apply(entry.id, {h: k for h, k in delta.items() if k}, kdelta)
+
+
+def _open_index(path: Path) -> RowIndex:
+    try:
+        index = RowIndex(path)
+        index.writer.execute("PRAGMA quick_check").fetchall()
+        return index
+    except sqlite3.DatabaseError:
+        log.warning("row index %s is unreadable; it will be rebuilt", path, exc_info=True)
+        for suffix in ("", "-wal", "-shm"):
+            Path(str(path) + suffix).unlink(missing_ok=True)
+        index = RowIndex(path)
+        index.writer.execute("UPDATE meta SET v = -1 WHERE k = 'lsn'")  # force a rebuild
+        return index
+
+
+def _rebuild_index(
+    st: Storage, index: RowIndex, by_id: dict[int, TableEntry], manifest: Manifest,
+    mem: dict[int, list[MemEntry]], last: int,
+) -> None:
+    """Recompute the row index from the Parquet segments plus the replayed memtable."""
+    for tid in index.table_ids():
+        index.drop(tid)
+    index.begin()
+    for tid, e in by_id.items():
+        index.create(tid, bool(e.schema.primary_key))
+        counts: Counter[bytes] = Counter()
+        key_of: dict[bytes, bytes] = {}
+        pk = e.schema.primary_key
+        tm = manifest.tables.get(tid)
+        table_dir = st._table_dir(e.schema.name)
+        sources: list[tuple[list[tuple], list[int]]] = []
+        for seg in tm.segments if tm else ():
+            t = pq.read_table(table_dir / seg.file)
+            data = t.select(list(e.schema.column_names))
+            sources.append((batch_rows(data), t[DIFF_COL].to_pylist()))
+        for m in mem.get(tid, []):
+            n = m.batch.num_rows
+            sources.append((batch_rows(m.batch), [-1] * m.ndel + [1] * (n - m.ndel)))
+        for rows, diffs in sources:
+            hashes = row_hashes(rows)
+            for h, d in zip(hashes, diffs):
+                counts[h] += d
+            if pk:
+                for h, k in zip(hashes, key_hashes(rows, pk)):
+                    key_of[h] = k
+        live = {h: n for h, n in counts.items() if n > 0}
+        index.apply(tid, live, {key_of[h]: 1 for h in live} if pk else None)
+    index.commit(last)
+
+
+def _clean_table_dirs(st: Storage, catalog: Catalog, manifest: Manifest) -> None:
+    wanted: dict[str, set[str]] = {}
+    for e in catalog.tables.values():
+        files = wanted.setdefault(e.schema.name.lower(), set())
+        tm = manifest.tables.get(e.id)
+        if tm is not None:
+            files.update(s.file for s in tm.segments)
+    for d in st.tables_dir.iterdir():
+        if d.name not in wanted:
+            log.info("removing leftover directory %s", d)
+            _remove(d)
+            continue
+        for f in d.iterdir():
+            if f.name in wanted[d.name]:
+                continue
+            log.info("removing unreferenced file %s", f)
+            _remove(f)
+    for name in wanted:
+        (st.tables_dir / name).mkdir(exist_ok=True)
+
+
+def _remove(p: Path) -> None:
+    if p.is_dir() and not p.is_symlink():
+        shutil.rmtree(p, ignore_errors=True)
+    else:
+        p.unlink(missing_ok=True)

@@ -1,0 +1,181 @@
+"""Snapshots: a consistent, pinned view of every base table as of one LSN.
+
+A Snapshot is built by ``Storage.snapshot`` under the storage lock: for each table it holds the
+segment list of the manifest and the memtable entries with LSN <= V at that instant. While it
+is open its LSN is pinned (compaction will not consolidate past it) and its segment files are
+referenced (a compaction that replaces them deletes them only after the last reader closes).
+
+DataFrames returned by ``table_df`` are lazy: run every action on them before closing the
+snapshot, since the files they read may be deleted afterwards.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from pyspark.sql import Column as SparkColumn
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from partialflow.server.errors import FailedPrecondition, NotFound
+from partialflow.server.storage.catalog import SegmentMeta
+from partialflow.server.storage.schema import DIFF_COL, LSN_COL, TableSchema, coerce_filter_values
+from partialflow.server.storage.segments import (
+    MemEntry,
+    arrow_filter_mask,
+    entries_to_table,
+    read_segments,
+)
+
+if TYPE_CHECKING:
+    from partialflow.server.storage.store import Storage
+
+
+@dataclass(frozen=True)
+class TableView:
+    """What one snapshot sees of one table."""
+
+    schema: TableSchema
+    table_id: int
+    horizon: int
+    table_dir: Path
+    segments: tuple[SegmentMeta, ...]
+    mem: tuple[MemEntry, ...]
+
+    def paths(self) -> list[str]:
+        return [str(self.table_dir / s.file) for s in self.segments]
+
+
+def consolidate(df: DataFrame, cols: Sequence[str], has_neg: bool, has_multi: bool) -> DataFrame:
+    """Turn (columns, _lsn, _diff) rows into the bag of rows they denote.
+
+    With any negative diff, rows must be grouped and their diffs summed (a delete cancels an
+    insert stored elsewhere). Without one, every stored row stands for ``_diff`` >= 1 copies on
+    its own, so the shuffle is skipped: append-only tables scan as cheaply as plain Parquet.
+    """
+    if has_neg:
+        df = df.groupBy(*cols).agg(F.sum(DIFF_COL).alias(DIFF_COL)).filter(F.col(DIFF_COL) > 0)
+        has_multi = True
+    if not has_multi:
+        return df.select(*cols)
+    # One output row per copy: explode a 1..n sequence, then drop it.
+    return df.select(
+        *cols, F.explode(F.sequence(F.lit(1).cast("bigint"), F.col(DIFF_COL))).alias("_copy")
+    ).select(*cols)
+
+
+class Snapshot:
+    """A pinned, consistent read view of all base tables as of ``lsn``."""
+
+    def __init__(self, storage: Storage, lsn: int, tables: Mapping[str, TableView]) -> None:
+        self.lsn = lsn
+        self._storage = storage
+        self._tables = dict(tables)  # keyed by lower-cased table name
+        self._closed = False
+        self._close_lock = threading.Lock()
+
+    # -- public --------------------------------------------------------------------------------
+    def table_names(self) -> list[str]:
+        return sorted(v.schema.name for v in self._tables.values())
+
+    def table_view(self, name: str) -> TableView:
+        """The captured state of one table (NotFound naming the known tables)."""
+        if self._closed:
+            raise FailedPrecondition("snapshot is closed")
+        tv = self._tables.get(str(name).lower())
+        if tv is None:
+            known = ", ".join(self.table_names()) or "(none)"
+            raise NotFound(f"unknown table '{name}'; tables are: {known}")
+        if self.lsn < tv.horizon:
+            raise FailedPrecondition(
+                f"as_of {self.lsn} is older than the retention horizon {tv.horizon} of table "
+                f"{tv.schema.name}; the oldest readable LSN is {tv.horizon}"
+            )
+        return tv
+
+    def table_df(self, name: str, filters: Mapping[str, Sequence[Any]] | None = None) -> DataFrame:
+        """The table's rows as of ``self.lsn`` (bag semantics), typed as in its schema.
+
+        ``filters`` maps column -> allowed values; a row is kept if every filtered column's
+        value is one of them (None matches NULL). The filter is pushed into the Parquet scan
+        and applied in Python to memtable rows before they are shipped to Spark.
+        """
+        tv = self.table_view(name)
+        schema = tv.schema
+        cols = list(schema.column_names)
+        resolved = [coerce_filter_values(schema, c, v) for c, v in (filters or {}).items()]
+        spark = self._storage.spark
+        parts: list[DataFrame] = []
+        has_neg = has_multi = False
+
+        segs = [s for s in tv.segments if s.min_lsn <= self.lsn]
+        if segs:
+            df = read_segments(spark, schema, [str(tv.table_dir / s.file) for s in segs])
+            if any(s.max_lsn > self.lsn for s in segs):
+                df = df.filter(F.col(LSN_COL) <= self.lsn)
+            cond = _spark_condition(resolved)
+            if cond is not None:
+                df = df.filter(cond)
+            parts.append(df)
+            has_neg = any(s.neg for s in segs)
+            has_multi = any(s.max_diff > 1 for s in segs)
+
+        if tv.mem:
+            tbl = entries_to_table(schema, tv.mem)
+            if resolved:
+                tbl = tbl.filter(arrow_filter_mask(tbl, resolved, schema))
+            if tbl.num_rows:
+                parts.append(spark.createDataFrame(tbl, schema=schema.segment_spark_schema()))
+                has_neg = has_neg or any(e.ndel for e in tv.mem)
+
+        if not parts:
+            return spark.createDataFrame([], schema.spark_schema())
+        df = parts[0]
+        for p in parts[1:]:
+            df = df.unionByName(p)
+        return consolidate(df, cols, has_neg, has_multi)
+
+    def close(self) -> None:
+        """Unpin; idempotent."""
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._storage._release_snapshot(self)
+
+    def __enter__(self) -> Snapshot:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # a leaked snapshot must not pin compaction forever
+        try:
+            if not self._closed:
+                self.close()
+        except Exception:
+            pass
+
+    # -- internal ------------------------------------------------------------------------------
+    def _file_paths(self) -> list[str]:
+        return [p for tv in self._tables.values() for p in tv.paths()]
+
+
+def _spark_condition(resolved: Sequence[tuple[str, list[Any]]]) -> SparkColumn | None:
+    cond: SparkColumn | None = None
+    for col, values in resolved:
+        non_null = [v for v in values if v is not None]
+        c: SparkColumn
+        if non_null:
+            c = F.col(col).isin(non_null)
+            if len(non_null) < len(values):
+                c = c | F.col(col).isNull()
+        elif values:
+            c = F.col(col).isNull()
+        else:
+            c = F.lit(False)
+        cond = c if cond is None else cond & c
+    return cond

@@ -1,0 +1,611 @@
+"""Storage: durable, LSN-versioned base tables (WAL + memtable + Parquet segments + row index).
+
+Threads and locks (always taken in this order, never the reverse):
+
+- ``_ddl_lock``: serializes catalog changes and sqlite index transactions (the committer holds
+  it while it applies a group to the index).
+- ``_manifest_lock``: serializes manifest changes (flush, compaction swap, drop).
+- ``_lock``: the storage lock. Guards LSN assignment, the pending queue, the memtable, the
+  in-memory manifest/catalog, pins and the overlay. Held only for short, non-blocking steps
+  (plus the sqlite point reads that validate deletes and primary keys).
+
+Write path: a writer validates and encodes its batch without any lock, then under ``_lock``
+checks deletes/keys against the row index plus the overlay of accepted-but-not-yet-indexed
+writes, takes the next LSN and queues its record. The committer thread takes everything queued,
+appends it to the WAL with one write and one fdatasync, appends it to the memtable, calls the
+subscribers, wakes the writers, and then applies the group to the row index.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from bisect import bisect_right
+from collections import Counter
+from operator import attrgetter
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import pyarrow as pa
+from pyspark.sql import SparkSession
+
+from partialflow.server.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from partialflow.server.storage import maintenance, recovery
+from partialflow.server.storage.catalog import Catalog, Manifest, TableEntry
+from partialflow.server.storage.query import parse_select, run_query
+from partialflow.server.storage.record import Overlay, Pending, WriteRecord, fmt_key
+from partialflow.server.storage.rowindex import RowIndex, key_hashes, row_hashes
+from partialflow.server.storage.schema import TableSchema, check_identifier, coerce_rows, validate_schema
+from partialflow.server.storage.segments import MemEntry
+from partialflow.server.storage.snapshot import Snapshot, TableView
+from partialflow.server.storage.wal import WalWriter, encode_frame
+
+log = logging.getLogger(__name__)
+
+_lsn_key = attrgetter("lsn")
+
+
+class Storage:
+    """Durable base tables. See the module docstring and DESIGN.md "Base tables".
+
+    ``retention_lsns`` (default 1,000,000): compaction only consolidates rows more than this
+    many LSNs older than the flushed LSN (and never past a pinned snapshot), so ``as_of`` reads
+    within that window stay exact. Spark is only used by reads and compaction.
+    """
+
+    def __init__(
+        self,
+        data_dir: str | Path,
+        spark: SparkSession,
+        *,
+        flush_rows: int = 20_000,
+        flush_interval: float = 1.0,
+        retention_lsns: int = 1_000_000,
+        max_segments: int = 16,
+        wal_rotate_bytes: int = 64 << 20,
+    ) -> None:
+        self.data_dir = Path(data_dir).absolute()
+        self.spark = spark
+        self.flush_rows = int(flush_rows)
+        self.flush_interval = float(flush_interval)
+        self.retention_lsns = int(retention_lsns)
+        self.max_segments = int(max_segments)
+        self.wal_rotate_bytes = int(wal_rotate_bytes)
+        self.tables_dir = self.data_dir / "tables"
+        self.wal_dir = self.data_dir / "wal"
+        self.catalog_path = self.data_dir / "catalog.json"
+        self.manifest_path = self.data_dir / "manifest.json"
+
+        self._ddl_lock = threading.Lock()
+        self._manifest_lock = threading.Lock()
+        self._compact_lock = threading.Lock()
+        self._wal_lock = threading.Lock()
+        self._lock = threading.Lock()
+        self._work_cv = threading.Condition(self._lock)  # committer waits for pending records
+        self._ack_cv = threading.Condition(self._lock)  # writers wait for their LSN to commit
+        self._bg_cv = threading.Condition(self._lock)  # flusher/compactor wait for work
+
+        self._state = "new"  # new -> open -> closing -> closed
+        self._catalog = Catalog()
+        self._manifest = Manifest()
+        self._live: set[int] = set()
+        self._index: RowIndex | None = None
+        self._wal: WalWriter | None = None
+        self._next_lsn = 1
+        self._durable_lsn = 0  # in WAL, memtable and delivered to subscribers
+        self._acked_lsn = 0  # writers up to here have been woken
+        self._index_lsn = 0
+        self._pending: list[Pending] = []
+        self._overlays: list[dict[int, Overlay]] = [{}]  # last = generation being filled
+        self._mem: dict[int, list[MemEntry]] = {}
+        self._mem_rows = 0
+        self._subscribers: list[Callable[[WriteRecord], None]] = []
+        self._pins: Counter[int] = Counter()
+        self._file_refs: Counter[str] = Counter()
+        self._obsolete: set[str] = set()
+        self._threads: list[threading.Thread] = []
+        self._stop_bg = False
+        self._stop_commit = False
+        self._last_flush = time.monotonic()
+        self.counters: Counter[str] = Counter()
+
+    # ------------------------------------------------------------------ lifecycle
+    def open(self) -> None:
+        """Create the store or recover it (catalog, manifest, WAL replay); start the threads.
+
+        Replayed WAL records are not delivered to subscribers: after a restart the dataflow
+        rebuilds its state from snapshots, not from the log.
+        """
+        with self._lock:
+            if self._state != "new":
+                raise FailedPrecondition(f"storage is {self._state}; open() is called once")
+            self._state = "opening"
+        recovery.recover(self)
+        self._state = "open"
+        for name, target in (
+            ("committer", self._committer_loop),
+            ("flusher", self._flusher_loop),
+            ("compactor", self._compactor_loop),
+        ):
+            t = threading.Thread(target=target, name=f"partialflow-storage-{name}", daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def close(self) -> None:
+        """Stop the threads, flush the memtable, fsync and close files. Idempotent."""
+        with self._lock:
+            if self._state != "open":
+                return
+            self._state = "closing"
+            self._stop_bg = True
+            self._bg_cv.notify_all()
+        for t in self._threads[1:]:
+            t.join()
+        with self._lock:
+            self._stop_commit = True
+            self._work_cv.notify_all()
+        self._threads[0].join()
+        maintenance.flush(self)
+        maintenance.truncate_wal(self)
+        assert self._wal is not None and self._index is not None
+        with self._wal_lock:
+            self._wal.close()
+        with self._ddl_lock:
+            self._index.close()
+        with self._lock:
+            self._state = "closed"
+
+    def _halt(self) -> None:
+        """Test hook simulating a crash: stop the threads without flushing or syncing anything
+        beyond what was acknowledged. The object must not be used afterwards."""
+        with self._lock:
+            self._state = "closed"
+            self._stop_bg = self._stop_commit = True
+            self._bg_cv.notify_all()
+            self._work_cv.notify_all()
+        for t in self._threads:
+            t.join()
+
+    def _check_open(self) -> None:
+        if self._state != "open":
+            raise FailedPrecondition(f"storage is {self._state}")
+
+    # ------------------------------------------------------------------ catalog
+    def create_table(self, schema: TableSchema) -> None:
+        """Create a table; AlreadyExists for a taken name, InvalidArgument for a bad schema."""
+        self._check_open()
+        schema = validate_schema(schema)
+        low = schema.name.lower()
+        table_dir = self._table_dir(schema.name)
+        with self._ddl_lock:
+            with self._lock:
+                self._refuse_taken_name(schema.name)
+                cat = Catalog(self._catalog.next_id + 1, dict(self._catalog.tables), list(self._catalog.views))
+                entry = TableEntry(self._catalog.next_id, schema)
+                cat.tables[low] = entry
+            assert self._index is not None
+            self._index.create(entry.id, bool(schema.primary_key))
+            table_dir.mkdir(parents=True, exist_ok=True)
+            cat.save(self.catalog_path)
+            with self._lock:
+                self._catalog = cat
+                self._live.add(entry.id)
+                self._mem[entry.id] = []
+
+    def drop_table(self, name: str) -> None:
+        """Drop a table and (once no snapshot reads them) its files; NotFound if absent."""
+        self._check_open()
+        with self._ddl_lock, self._manifest_lock:
+            with self._lock:
+                entry = self._entry(name)
+                cat = Catalog(self._catalog.next_id, dict(self._catalog.tables), list(self._catalog.views))
+                del cat.tables[entry.schema.name.lower()]
+                # Refuse further writes now; records already queued still commit (harmlessly).
+                self._live.discard(entry.id)
+            cat.save(self.catalog_path)
+            with self._lock:
+                self._catalog = cat
+                manifest = self._manifest.copy()
+                tm = manifest.tables.pop(entry.id, None)
+            manifest.save(self.manifest_path)
+            assert self._index is not None
+            self._index.drop(entry.id)
+            with self._lock:
+                self._manifest = manifest
+                self._mem_rows -= sum(e.batch.num_rows for e in self._mem.pop(entry.id, []))
+                table_dir = self._table_dir(entry.schema.name)
+                for seg in tm.segments if tm else ():
+                    self._obsolete.add(str(table_dir / seg.file))
+                doomed = self._collect_unreferenced()
+            maintenance.delete_files(self, doomed)
+
+    def table(self, name: str) -> TableSchema:
+        """Schema of a table; NotFound naming it and listing the existing tables."""
+        with self._lock:
+            return self._entry(name).schema
+
+    def tables(self) -> list[TableSchema]:
+        with self._lock:
+            return [e.schema for e in sorted(self._catalog.tables.values(), key=lambda e: e.id)]
+
+    def save_view(self, name: str, sql: str) -> None:
+        """Persist a view definition (the dataflow layer re-creates views on restart)."""
+        self._check_open()
+        check_identifier(name, "view")
+        if not isinstance(sql, str) or not sql.strip():
+            raise InvalidArgument(f"view '{name}' needs a SELECT statement")
+        with self._ddl_lock:
+            with self._lock:
+                self._refuse_taken_name(name)
+                cat = Catalog(self._catalog.next_id, dict(self._catalog.tables), self._catalog.views + [(name, sql)])
+            cat.save(self.catalog_path)
+            with self._lock:
+                self._catalog = cat
+
+    def drop_view(self, name: str) -> None:
+        self._check_open()
+        with self._ddl_lock:
+            with self._lock:
+                views = [(n, s) for n, s in self._catalog.views if n.lower() != str(name).lower()]
+                if len(views) == len(self._catalog.views):
+                    known = ", ".join(n for n, _ in self._catalog.views) or "(none)"
+                    raise NotFound(f"unknown view '{name}'; views are: {known}")
+                cat = Catalog(self._catalog.next_id, dict(self._catalog.tables), views)
+            cat.save(self.catalog_path)
+            with self._lock:
+                self._catalog = cat
+
+    def views(self) -> list[tuple[str, str]]:
+        with self._lock:
+            return list(self._catalog.views)
+
+    def _refuse_taken_name(self, name: str) -> None:
+        low = name.lower()
+        if low in self._catalog.tables:
+            raise AlreadyExists(f"table '{self._catalog.tables[low].schema.name}' already exists")
+        for n, _ in self._catalog.views:
+            if n.lower() == low:
+                raise AlreadyExists(f"a view named '{n}' already exists")
+
+    def _entry(self, name: str) -> TableEntry:
+        entry = self._catalog.tables.get(str(name).lower()) if isinstance(name, str) else None
+        if entry is None:
+            known = ", ".join(sorted(e.schema.name for e in self._catalog.tables.values()))
+            raise NotFound(f"unknown table '{name}'; tables are: {known or '(none)'}")
+        return entry
+
+    def _table_dir(self, name: str) -> Path:
+        # Names are validated identifiers; the containment check is a second line of defence.
+        path = self.tables_dir / name.lower()
+        if path.parent != self.tables_dir or not name.isidentifier():
+            raise InvalidArgument(f"invalid table name {name!r}")
+        return path
+
+    # ------------------------------------------------------------------ writes
+    def subscribe(self, fn: Callable[[WriteRecord], None]) -> None:
+        """Call ``fn`` with every new WriteRecord, in LSN order, from the committer thread,
+        after the record is durable and before its writer is acknowledged. Keep it fast."""
+        with self._lock:
+            self._subscribers = self._subscribers + [fn]
+
+    @property
+    def last_lsn(self) -> int:
+        """Highest durable LSN (0 for a fresh store)."""
+        return self._durable_lsn
+
+    def write(
+        self, table: str, inserts: Sequence[Sequence[Any]] = (), deletes: Sequence[Sequence[Any]] = ()
+    ) -> int:
+        """Atomically delete then insert rows; returns the write's LSN once it is durable.
+
+        Deletes remove one occurrence per given row (NotFound if absent); with a PRIMARY KEY,
+        an insert whose key exists after this batch's deletes is refused (AlreadyExists).
+        Any error leaves the table unchanged.
+        """
+        self._check_open()
+        with self._lock:
+            entry = self._entry(table)
+        schema = entry.schema
+        del_rows, del_cols = coerce_rows(schema, deletes, "delete row")
+        ins_rows, ins_cols = coerce_rows(schema, inserts, "row")
+        ins_h = row_hashes(ins_rows)
+        del_h = row_hashes(del_rows) if del_rows else []
+        delta: dict[bytes, int] = Counter(ins_h)
+        if del_h:
+            delta.subtract(del_h)  # type: ignore[attr-defined]
+            delta = {h: k for h, k in delta.items() if k}
+        pk = schema.primary_key
+        kdelta: dict[bytes, int] | None = None
+        ins_k = del_k = None
+        if pk:
+            ins_k = key_hashes(ins_rows, pk)
+            del_k = key_hashes(del_rows, pk)
+            kdelta = Counter(ins_k)
+            kdelta.subtract(del_k)  # type: ignore[attr-defined]
+            kdelta = {h: k for h, k in kdelta.items() if k}
+        arrays = [
+            pa.array(d + i, type=f.type)
+            for d, i, f in zip(del_cols, ins_cols, schema.arrow_schema())
+        ]
+        batch = pa.RecordBatch.from_arrays(arrays, schema=schema.arrow_schema())
+        body = batch.serialize()
+        rows = tuple(del_rows) + tuple(ins_rows)
+        diffs = (-1,) * len(del_rows) + (1,) * len(ins_rows)
+        with self._lock:
+            self._check_open()
+            if entry.id not in self._live:
+                raise NotFound(f"table '{schema.name}' was dropped")
+            if del_h:
+                self._check_deletes(entry, del_rows, del_h)
+            if pk:
+                self._check_keys(entry, ins_rows, ins_k, del_k)  # type: ignore[arg-type]
+            lsn = self._next_lsn
+            self._next_lsn += 1
+            self._overlays[-1].setdefault(entry.id, Overlay()).add(delta, kdelta)
+            record = WriteRecord(lsn, schema.name, rows, diffs)
+            self._pending.append(
+                Pending(lsn, entry.id, len(del_rows), body, batch, record, delta, kdelta)
+            )
+            self._work_cv.notify()
+            while self._acked_lsn < lsn:
+                self._ack_cv.wait()
+        return lsn
+
+    def _overlay_counts(self, tid: int, hashes: Sequence[bytes], keys: bool) -> dict[bytes, int]:
+        out: dict[bytes, int] = {}
+        for gen in self._overlays:
+            ov = gen.get(tid)
+            if ov is not None:
+                ov.counts(hashes, keys, out)
+        return out
+
+    def _check_deletes(self, entry: TableEntry, rows: list[tuple], hashes: list[bytes]) -> None:
+        assert self._index is not None
+        need = Counter(hashes)
+        uniq = list(need)
+        have = self._index.counts(entry.id, uniq)
+        pending = self._overlay_counts(entry.id, uniq, keys=False)
+        for h, k in need.items():
+            n = have.get(h, 0) + pending.get(h, 0)
+            if n < k:
+                i = hashes.index(h)
+                name = entry.schema.name
+                if n <= 0:
+                    raise NotFound(f"table '{name}' delete row {i}: row {rows[i]!r} is not in the table")
+                raise NotFound(
+                    f"table '{name}' delete row {i}: deletes {k} copies of {rows[i]!r} but the "
+                    f"table holds {n}"
+                )
+
+    def _check_keys(
+        self, entry: TableEntry, rows: list[tuple], ins_k: list[bytes], del_k: list[bytes]
+    ) -> None:
+        assert self._index is not None
+        schema = entry.schema
+        seen: dict[bytes, int] = {}
+        for i, h in enumerate(ins_k):
+            if h in seen:
+                raise AlreadyExists(
+                    f"table '{schema.name}' row {i}: primary key {fmt_key(schema, rows[i])} "
+                    f"appears twice in this batch (rows {seen[h]} and {i})"
+                )
+            seen[h] = i
+        if not ins_k:
+            return
+        present = self._index.keys_present(entry.id, ins_k)
+        pending = self._overlay_counts(entry.id, ins_k, keys=True)
+        removed = set(del_k)
+        for i, h in enumerate(ins_k):
+            n = (h in present) + pending.get(h, 0) - (h in removed)
+            if n > 0:
+                raise AlreadyExists(
+                    f"table '{schema.name}' row {i}: primary key {fmt_key(schema, rows[i])} already exists"
+                )
+
+    # ------------------------------------------------------------------ committer
+    def _committer_loop(self) -> None:
+        assert self._wal is not None and self._index is not None
+        while True:
+            with self._lock:
+                while not self._pending and not self._stop_commit:
+                    self._work_cv.wait()
+                if not self._pending:
+                    return
+                group, self._pending = self._pending, []
+                gen = self._overlays[-1]
+                self._overlays.append({})
+                subscribers = self._subscribers
+            parts: list[Any] = []
+            for p in group:
+                parts.extend(encode_frame(p.lsn, p.table_id, p.ndel, p.body))
+            last = group[-1].lsn
+            try:
+                with self._wal_lock:
+                    self._wal.append(b"".join(parts))
+            except BaseException:  # never acknowledge a write that may not be durable
+                log.critical("WAL append/fsync failed; exiting to avoid acknowledging lost writes",
+                             exc_info=True)
+                os._exit(70)
+            with self._lock:
+                for p in group:
+                    mem = self._mem.get(p.table_id)
+                    if mem is not None and p.table_id in self._live:
+                        mem.append(MemEntry(p.lsn, p.ndel, p.batch))
+                        self._mem_rows += p.batch.num_rows
+                self._durable_lsn = last
+                if self._mem_rows >= self.flush_rows:
+                    self._bg_cv.notify_all()
+            for p in group:
+                for fn in subscribers:
+                    try:
+                        fn(p.record)
+                    except Exception:
+                        log.exception("storage subscriber %r failed on LSN %d", fn, p.lsn)
+            with self._lock:
+                self._acked_lsn = last
+                self._ack_cv.notify_all()
+            self._apply_index(group, gen, last)
+            with self._wal_lock:
+                self._wal.maybe_rotate(last + 1)
+
+    def _apply_index(self, group: list[Pending], gen: dict[int, Overlay], last: int) -> None:
+        """Apply a durable group to the row index, then retire its overlay generation."""
+        assert self._index is not None
+        try:
+            with self._ddl_lock:
+                self._index.begin()
+                for p in group:
+                    if p.table_id in self._live:
+                        self._index.apply(p.table_id, p.row_delta, p.key_delta)
+                with self._lock:
+                    self._index.commit(last)
+                    self._overlays.remove(gen)
+                    self._index_lsn = last
+        except BaseException:
+            # The WAL already holds these writes; a restart rebuilds the index from it. Going
+            # on without them would let a later write pass checks it should fail.
+            log.critical("row index update failed; exiting (recovery replays the WAL)", exc_info=True)
+            os._exit(71)
+
+    # ------------------------------------------------------------------ background
+    def _flusher_loop(self) -> None:
+        while True:
+            with self._lock:
+                while not self._stop_bg:
+                    due = self._last_flush + self.flush_interval - time.monotonic()
+                    if self._mem_rows >= self.flush_rows or (self._mem_rows and due <= 0):
+                        break
+                    self._bg_cv.wait(timeout=max(due, 0.05) if self._mem_rows else self.flush_interval)
+                if self._stop_bg:
+                    return
+            try:
+                maintenance.flush(self)
+                maintenance.truncate_wal(self)
+            except Exception:
+                log.exception("background flush failed; will retry")
+                time.sleep(min(self.flush_interval, 1.0))
+
+    def _compactor_loop(self) -> None:
+        while True:
+            with self._lock:
+                if self._stop_bg:
+                    return
+                over = [
+                    e for e in self._catalog.tables.values()
+                    if len(self._manifest.tables.get(e.id, _EMPTY).segments) > self.max_segments
+                ]
+                if not over:
+                    self._bg_cv.wait(timeout=max(self.flush_interval, 0.5))
+                    continue
+            for e in over:
+                if self._stop_bg:
+                    return
+                try:
+                    maintenance.compact_table(self, e)
+                except Exception:
+                    log.exception("background compaction of %s failed", e.schema.name)
+                    time.sleep(1.0)
+
+    # ------------------------------------------------------------------ reads
+    def snapshot(self, lsn: int | None = None) -> Snapshot:
+        """A pinned view of every table as of ``lsn`` (default: last_lsn). Use as a context
+        manager; InvalidArgument if ``lsn`` is beyond last_lsn."""
+        self._check_open()
+        if lsn is not None and (isinstance(lsn, bool) or not isinstance(lsn, int)):
+            raise InvalidArgument(f"as_of must be an integer LSN, got {lsn!r}")
+        with self._lock:
+            v = self._durable_lsn if lsn is None else lsn
+            if v < 0 or v > self._durable_lsn:
+                raise InvalidArgument(
+                    f"as_of {v} is out of range: the last durable LSN is {self._durable_lsn}"
+                )
+            views = {}
+            for low, e in self._catalog.tables.items():
+                tm = self._manifest.tables.get(e.id, _EMPTY)
+                mem = self._mem.get(e.id, [])
+                cut = len(mem) if not mem or mem[-1].lsn <= v else bisect_right(mem, v, key=_lsn_key)
+                tv = TableView(e.schema, e.id, tm.horizon, self._table_dir(e.schema.name),
+                               tm.segments, tuple(mem[:cut]))
+                views[low] = tv
+                for path in tv.paths():
+                    self._file_refs[path] += 1
+            self._pins[v] += 1
+            return Snapshot(self, v, views)
+
+    def _release_snapshot(self, snap: Snapshot) -> None:
+        with self._lock:
+            self._pins[snap.lsn] -= 1
+            if self._pins[snap.lsn] <= 0:
+                del self._pins[snap.lsn]
+            for path in snap._file_paths():
+                self._file_refs[path] -= 1
+                if self._file_refs[path] <= 0:
+                    del self._file_refs[path]
+            doomed = self._collect_unreferenced()
+        maintenance.delete_files(self, doomed)
+
+    def _collect_unreferenced(self) -> list[str]:
+        """Obsolete segment files no open snapshot reads any more (call under the lock)."""
+        doomed = [p for p in self._obsolete if p not in self._file_refs]
+        self._obsolete.difference_update(doomed)
+        return doomed
+
+    def query(self, sql: str, as_of: int | None = None) -> tuple[list[str], list[tuple], int]:
+        """Run one SELECT over the base tables at a snapshot: (column names, rows, lsn)."""
+        parse_select(sql)  # refuse bad SQL before pinning anything
+        with self.snapshot(as_of) as snap:
+            columns, rows = run_query(snap, sql)
+            return columns, rows, snap.lsn
+
+    # ------------------------------------------------------------------ maintenance
+    def flush(self) -> None:
+        """Write the memtable to Parquet segments now."""
+        self._check_open()
+        maintenance.flush(self)
+        maintenance.truncate_wal(self)
+
+    def compact(self, table: str | None = None) -> dict:
+        """Compact one table (or all) with Spark; returns before/after figures."""
+        self._check_open()
+        with self._lock:
+            entries = [self._entry(table)] if table is not None else list(self._catalog.tables.values())
+        t0 = time.monotonic()
+        per = {}
+        for e in entries:
+            per[e.schema.name] = maintenance.compact_table(self, e)
+        total = {
+            k: sum(f[k] for f in per.values())
+            for k in ("segments_before", "segments_after", "rows_before", "rows_after")
+        }
+        return {**total, "seconds": round(time.monotonic() - t0, 3), "tables": per}
+
+    def stats(self) -> dict:
+        """Figures for monitoring and tests."""
+        with self._lock:
+            wal = self._wal
+            return {
+                "lsn": self._durable_lsn,
+                "flushed_lsn": self._manifest.flushed_lsn,
+                "index_lsn": self._index_lsn,
+                "horizon": {e.schema.name: self._manifest.tables.get(e.id, _EMPTY).horizon
+                            for e in self._catalog.tables.values()},
+                "segments": {e.schema.name: len(self._manifest.tables.get(e.id, _EMPTY).segments)
+                             for e in self._catalog.tables.values()},
+                "memtable_rows": self._mem_rows,
+                "flushes": self.counters["flushes"],
+                "compactions": self.counters["compactions"],
+                "fsyncs": wal.fsyncs if wal else 0,
+                "wal_bytes": wal.total_bytes if wal else 0,
+                "wal_files": wal.file_count if wal else 0,
+                "pinned_snapshots": sum(self._pins.values()),
+            }
+
+
+class _EmptyTM:
+    horizon = 0
+    segments: tuple = ()
+
+
+_EMPTY = _EmptyTM()
