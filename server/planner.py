@@ -376,7 +376,7 @@ class Planner:
         if rest and kind_name == "left":
             raise InvalidArgument(f"LEFT JOIN conditions must be column equalities; got {' AND '.join(r.sql() for r in rest)!r}")
         cols = left.columns + right.columns
-        node = PlanNode(cols, Join(cols, tuple(lkey), tuple(rkey), kind_name), [left, right])
+        node = PlanNode(cols, Join(cols, tuple(lkey), tuple(rkey), kind_name, left_width=len(left.columns)), [left, right])
         if rest:
             pred = exp.and_(*rest) if len(rest) > 1 else rest[0]
             node = _op(Filter(cols, compile_expr(_bind(pred, both))), node)
