@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 import pyarrow as pa
 
@@ -24,9 +25,9 @@ class WriteRecord:
 
 
 class Pending:
-    """A write that has its LSN but is not yet in the WAL."""
+    """A write that has its LSN but is not yet in the WAL (and then not yet in the index)."""
 
-    __slots__ = ("lsn", "table_id", "ndel", "body", "batch", "record", "row_delta", "key_delta")
+    __slots__ = ("lsn", "table_id", "ndel", "body", "batch", "record", "ins_h", "del_h", "ins_k", "del_k")
 
     def __init__(
         self,
@@ -36,8 +37,10 @@ class Pending:
         body: pa.Buffer,
         batch: pa.RecordBatch,
         record: WriteRecord,
-        row_delta: Mapping[bytes, int],
-        key_delta: Mapping[bytes, int] | None,
+        ins_h: list[bytes],
+        del_h: list[bytes],
+        ins_k: list[bytes],
+        del_k: list[bytes],
     ) -> None:
         self.lsn = lsn
         self.table_id = table_id
@@ -45,45 +48,60 @@ class Pending:
         self.body = body
         self.batch = batch
         self.record = record
-        self.row_delta = row_delta
-        self.key_delta = key_delta
+        self.ins_h = ins_h  # row digests inserted / deleted (for the row index)
+        self.del_h = del_h
+        self.ins_k = ins_k  # primary-key digests inserted / deleted (empty for bag tables)
+        self.del_k = del_k
+
+
+def net_keys(group: Sequence[Pending]) -> tuple[list[bytes], list[bytes]]:
+    """Net primary-key changes of consecutive writes of one table: (added, removed).
+
+    Order matters for keys (delete k then insert k leaves k present), so a group with any
+    delete is reduced to its net effect; an insert-only group is simply all its keys.
+    """
+    if not any(p.del_k for p in group):
+        return [k for p in group for k in p.ins_k], []
+    net: Counter[bytes] = Counter()
+    for p in group:
+        net.subtract(p.del_k)
+        net.update(p.ins_k)
+    return [k for k, n in net.items() if n > 0], [k for k, n in net.items() if n < 0]
 
 
 class Overlay:
     """Row-count and key deltas of accepted writes of one table not yet in the row index.
 
-    Deltas are kept as the writers' own dicts and merged lazily, only when a delete or a
-    primary-key check actually needs a count: an insert-only workload never pays for merging.
+    The writers' digest lists are kept as they are and merged lazily, only when a delete or a
+    primary-key check needs a count: an insert-only bag table never pays for merging.
     """
 
-    __slots__ = ("_rows", "_keys", "_mrows", "_mkeys", "_nrows", "_nkeys")
+    __slots__ = ("_entries", "_rows", "_keys", "_nrows", "_nkeys")
 
     def __init__(self) -> None:
-        self._rows: list[Mapping[bytes, int]] = []
-        self._keys: list[Mapping[bytes, int]] = []
-        self._mrows: dict[bytes, int] = {}
-        self._mkeys: dict[bytes, int] = {}
+        self._entries: list[Pending] = []
+        self._rows: Counter[bytes] = Counter()
+        self._keys: Counter[bytes] = Counter()
         self._nrows = 0
         self._nkeys = 0
 
-    def add(self, rows: Mapping[bytes, int], keys: Mapping[bytes, int] | None) -> None:
-        self._rows.append(rows)
-        if keys:
-            self._keys.append(keys)
+    def add(self, p: Pending) -> None:
+        self._entries.append(p)
 
     def counts(self, hashes: Sequence[bytes], keys: bool, out: dict[bytes, int]) -> None:
         """Add this overlay's net delta for each of ``hashes`` into ``out``."""
         if keys:
-            deltas, merged, done = self._keys, self._mkeys, self._nkeys
+            merged, done = self._keys, self._nkeys
+            for p in self._entries[done:]:
+                merged.update(p.ins_k)
+                merged.subtract(p.del_k)
+            self._nkeys = len(self._entries)
         else:
-            deltas, merged, done = self._rows, self._mrows, self._nrows
-        for d in deltas[done:]:
-            for h, k in d.items():
-                merged[h] = merged.get(h, 0) + k
-        if keys:
-            self._nkeys = len(deltas)
-        else:
-            self._nrows = len(deltas)
+            merged, done = self._rows, self._nrows
+            for p in self._entries[done:]:
+                merged.update(p.ins_h)
+                merged.subtract(p.del_h)
+            self._nrows = len(self._entries)
         if not merged:
             return
         for h in hashes:

@@ -125,16 +125,16 @@ def recover(st: Storage) -> None:
 def _apply_to_index(index: RowIndex, entry: TableEntry, batch: pa.RecordBatch, ndel: int) -> None:
     rows = batch_rows(batch)
     hashes = row_hashes(rows)
-    delta: Counter[bytes] = Counter(hashes[ndel:])
-    delta.subtract(hashes[:ndel])
-    kdelta = None
     pk = entry.schema.primary_key
+    adds: list[bytes] = []
+    dels: list[bytes] = []
     if pk:
         keys = key_hashes(rows, pk)
-        kdelta = Counter(keys[ndel:])
-        kdelta.subtract(keys[:ndel])
-        kdelta = {h: k for h, k in kdelta.items() if k}
-    index.apply(entry.id, {h: k for h, k in delta.items() if k}, kdelta)
+        net: Counter[bytes] = Counter(keys[ndel:])
+        net.subtract(keys[:ndel])
+        adds = [k for k, n in net.items() if n > 0]
+        dels = [k for k, n in net.items() if n < 0]
+    index.apply(entry.id, hashes[ndel:], hashes[:ndel], adds, dels)
 
 
 def _open_index(path: Path) -> RowIndex:
@@ -181,8 +181,8 @@ def _rebuild_index(
             if pk:
                 for h, k in zip(hashes, key_hashes(rows, pk)):
                     key_of[h] = k
-        live = {h: n for h, n in counts.items() if n > 0}
-        index.apply(tid, live, {key_of[h]: 1 for h in live} if pk else None)
+        live = [h for h, n in counts.items() for _ in range(n)]  # one digest per copy
+        index.apply(tid, live, [], [key_of[h] for h, n in counts.items() if n > 0] if pk else [])
     index.commit(last)
 
 

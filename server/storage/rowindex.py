@@ -21,9 +21,14 @@ import os
 import sqlite3
 from hashlib import blake2b
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Sequence
 
-_CHUNK = 500  # bound on bound parameters per IN (...) query
+# i = 0 .. ?2-1, and the ?2 16-byte digests packed in blob ?1.
+_SEQ = (
+    "WITH RECURSIVE s(i) AS (SELECT 0 WHERE ?2 > 0 UNION ALL SELECT i + 1 FROM s WHERE i + 1 < ?2) "
+    "SELECT i FROM s"
+)
+_SPLIT = f"SELECT substr(?1, i * 16 + 1, 16) FROM ({_SEQ})"
 
 
 def row_hashes(rows: Iterable[tuple[Any, ...]]) -> list[bytes]:
@@ -82,23 +87,32 @@ class RowIndex:
         return int(self.writer.execute("SELECT v FROM meta WHERE k='lsn'").fetchone()[0])
 
     # -- reads (writers, under the storage lock) --------------------------------------------------
+    # Every statement takes all its hashes as ONE blob (16 bytes each) split by a recursive CTE,
+    # and returns at most one row: one sqlite3_step per call, during which the GIL is released.
+    # executemany/fetchall would re-acquire the GIL per row and convoy behind the writer threads.
     def counts(self, table_id: int, hashes: Sequence[bytes]) -> dict[bytes, int]:
         """Committed copy counts of the given rows (absent rows are left out)."""
-        out: dict[bytes, int] = {}
-        q = f"SELECT h, n FROM r_{int(table_id)} WHERE h IN "
-        for i in range(0, len(hashes), _CHUNK):
-            chunk = hashes[i : i + _CHUNK]
-            out.update(self.reader.execute(q + "(" + ",".join("?" * len(chunk)) + ")", chunk))
-        return out
+        if not hashes:
+            return {}
+        blob = b"".join(hashes)
+        (res,) = self.reader.execute(
+            f"SELECT group_concat(hex(h) || n) FROM r_{int(table_id)} WHERE h IN ({_SPLIT})",
+            (blob, len(hashes)),
+        ).fetchone()
+        if not res:
+            return {}
+        return {bytes.fromhex(item[:32]): int(item[32:]) for item in res.split(",")}
 
     def keys_present(self, table_id: int, hashes: Sequence[bytes]) -> set[bytes]:
         """Which of the given primary-key digests are committed."""
-        out: set[bytes] = set()
-        q = f"SELECT h FROM k_{int(table_id)} WHERE h IN "
-        for i in range(0, len(hashes), _CHUNK):
-            chunk = hashes[i : i + _CHUNK]
-            out.update(h for (h,) in self.reader.execute(q + "(" + ",".join("?" * len(chunk)) + ")", chunk))
-        return out
+        if not hashes:
+            return set()
+        blob = b"".join(hashes)
+        (res,) = self.reader.execute(
+            f"SELECT group_concat(hex(h)) FROM k_{int(table_id)} WHERE h IN ({_SPLIT})",
+            (blob, len(hashes)),
+        ).fetchone()
+        return {bytes.fromhex(x) for x in res.split(",")} if res else set()
 
     # -- writes (committer, under the index lock) -------------------------------------------------
     def begin(self) -> None:
@@ -107,26 +121,35 @@ class RowIndex:
             self._in_tx = True
 
     def apply(
-        self, table_id: int, row_delta: Mapping[bytes, int], key_delta: Mapping[bytes, int] | None
+        self,
+        table_id: int,
+        inserted: Sequence[bytes],
+        deleted: Sequence[bytes],
+        key_adds: Sequence[bytes] = (),
+        key_dels: Sequence[bytes] = (),
     ) -> None:
-        """Add copy-count deltas (and +1/-1 key deltas) inside the open transaction."""
+        """Inside the open transaction: +1 copy per inserted row digest, -1 per deleted one
+        (duplicates allowed; row counts are additive, so order does not matter), then add and
+        remove primary-key digests (callers pass net changes)."""
         tid = int(table_id)
-        if row_delta:
-            self.writer.executemany(
-                f"INSERT INTO r_{tid}(h, n) VALUES (?, ?) "
-                "ON CONFLICT(h) DO UPDATE SET n = n + excluded.n",
-                row_delta.items(),
+        w = self.writer
+        upsert = (
+            f"INSERT INTO r_{tid}(h, n) SELECT substr(?1, i * 16 + 1, 16), ?3 FROM ({_SEQ}) "
+            "WHERE true ON CONFLICT(h) DO UPDATE SET n = n + excluded.n"
+        )
+        if inserted:
+            w.execute(upsert, (b"".join(inserted), len(inserted), 1))
+        if deleted:
+            blob = b"".join(deleted)
+            w.execute(upsert, (blob, len(deleted), -1))
+            w.execute(f"DELETE FROM r_{tid} WHERE n <= 0 AND h IN ({_SPLIT})", (blob, len(deleted)))
+        if key_dels:
+            w.execute(f"DELETE FROM k_{tid} WHERE h IN ({_SPLIT})", (b"".join(key_dels), len(key_dels)))
+        if key_adds:
+            w.execute(
+                f"INSERT OR REPLACE INTO k_{tid}(h) SELECT substr(?1, i * 16 + 1, 16) FROM ({_SEQ})",
+                (b"".join(key_adds), len(key_adds)),
             )
-            gone = [(h,) for h, k in row_delta.items() if k < 0]
-            if gone:
-                self.writer.executemany(f"DELETE FROM r_{tid} WHERE h = ? AND n <= 0", gone)
-        if key_delta:
-            adds = [(h,) for h, k in key_delta.items() if k > 0]
-            rems = [(h,) for h, k in key_delta.items() if k < 0]
-            if rems:
-                self.writer.executemany(f"DELETE FROM k_{tid} WHERE h = ?", rems)
-            if adds:
-                self.writer.executemany(f"INSERT OR REPLACE INTO k_{tid}(h) VALUES (?)", adds)
 
     def commit(self, lsn: int) -> None:
         """Record that the index reflects every write up to ``lsn`` and commit atomically."""

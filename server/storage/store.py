@@ -32,15 +32,14 @@ import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from partialflow.server.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
-from partialflow.server.storage import maintenance, recovery
+from partialflow.server.storage import maintenance, pipeline, recovery
 from partialflow.server.storage.catalog import Catalog, Manifest, TableEntry
 from partialflow.server.storage.query import parse_select, run_query
 from partialflow.server.storage.record import Overlay, Pending, WriteRecord, fmt_key
 from partialflow.server.storage.rowindex import RowIndex, key_hashes, row_hashes
 from partialflow.server.storage.schema import TableSchema, check_identifier, coerce_rows, validate_schema
-from partialflow.server.storage.segments import MemEntry
 from partialflow.server.storage.snapshot import Snapshot, TableView
-from partialflow.server.storage.wal import WalWriter, encode_frame
+from partialflow.server.storage.wal import WalWriter
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +64,7 @@ class Storage:
         retention_lsns: int = 1_000_000,
         max_segments: int = 16,
         wal_rotate_bytes: int = 64 << 20,
+        max_index_backlog: int = 2_000_000,
     ) -> None:
         self.data_dir = Path(data_dir).absolute()
         self.spark = spark
@@ -73,6 +73,7 @@ class Storage:
         self.retention_lsns = int(retention_lsns)
         self.max_segments = int(max_segments)
         self.wal_rotate_bytes = int(wal_rotate_bytes)
+        self.max_index_backlog = int(max_index_backlog)
         self.tables_dir = self.data_dir / "tables"
         self.wal_dir = self.data_dir / "wal"
         self.catalog_path = self.data_dir / "catalog.json"
@@ -86,6 +87,7 @@ class Storage:
         self._work_cv = threading.Condition(self._lock)  # committer waits for pending records
         self._ack_cv = threading.Condition(self._lock)  # writers wait for their LSN to commit
         self._bg_cv = threading.Condition(self._lock)  # flusher/compactor wait for work
+        self._index_cv = threading.Condition(self._lock)  # indexer waits for durable groups
 
         self._state = "new"  # new -> open -> closing -> closed
         self._catalog = Catalog()
@@ -105,9 +107,12 @@ class Storage:
         self._pins: Counter[int] = Counter()
         self._file_refs: Counter[str] = Counter()
         self._obsolete: set[str] = set()
-        self._threads: list[threading.Thread] = []
+        self._index_queue: list[tuple[list[Pending], dict[int, Overlay], int, int]] = []
+        self._index_backlog = 0  # rows durable but not yet in the row index
+        self._threads: dict[str, threading.Thread] = {}
         self._stop_bg = False
         self._stop_commit = False
+        self._stop_index = False
         self._last_flush = time.monotonic()
         self.counters: Counter[str] = Counter()
 
@@ -124,14 +129,11 @@ class Storage:
             self._state = "opening"
         recovery.recover(self)
         self._state = "open"
-        for name, target in (
-            ("committer", self._committer_loop),
-            ("flusher", self._flusher_loop),
-            ("compactor", self._compactor_loop),
-        ):
-            t = threading.Thread(target=target, name=f"partialflow-storage-{name}", daemon=True)
+        for name in ("committer", "indexer", "flusher", "compactor"):
+            target = getattr(pipeline, f"{name}_loop")
+            t = threading.Thread(target=target, args=(self,), name=f"pf-storage-{name}", daemon=True)
             t.start()
-            self._threads.append(t)
+            self._threads[name] = t
 
     def close(self) -> None:
         """Stop the threads, flush the memtable, fsync and close files. Idempotent."""
@@ -141,12 +143,16 @@ class Storage:
             self._state = "closing"
             self._stop_bg = True
             self._bg_cv.notify_all()
-        for t in self._threads[1:]:
-            t.join()
+        self._threads["flusher"].join()
+        self._threads["compactor"].join()  # waits for a running compaction to finish
         with self._lock:
             self._stop_commit = True
             self._work_cv.notify_all()
-        self._threads[0].join()
+        self._threads["committer"].join()  # drains every accepted write
+        with self._lock:
+            self._stop_index = True
+            self._index_cv.notify_all()
+        self._threads["indexer"].join()
         maintenance.flush(self)
         maintenance.truncate_wal(self)
         assert self._wal is not None and self._index is not None
@@ -162,10 +168,11 @@ class Storage:
         beyond what was acknowledged. The object must not be used afterwards."""
         with self._lock:
             self._state = "closed"
-            self._stop_bg = self._stop_commit = True
+            self._stop_bg = self._stop_commit = self._stop_index = True
             self._bg_cv.notify_all()
             self._work_cv.notify_all()
-        for t in self._threads:
+            self._index_cv.notify_all()
+        for t in self._threads.values():
             t.join()
 
     def _check_open(self) -> None:
@@ -312,19 +319,9 @@ class Storage:
         ins_rows, ins_cols = coerce_rows(schema, inserts, "row")
         ins_h = row_hashes(ins_rows)
         del_h = row_hashes(del_rows) if del_rows else []
-        delta: dict[bytes, int] = Counter(ins_h)
-        if del_h:
-            delta.subtract(del_h)  # type: ignore[attr-defined]
-            delta = {h: k for h, k in delta.items() if k}
         pk = schema.primary_key
-        kdelta: dict[bytes, int] | None = None
-        ins_k = del_k = None
-        if pk:
-            ins_k = key_hashes(ins_rows, pk)
-            del_k = key_hashes(del_rows, pk)
-            kdelta = Counter(ins_k)
-            kdelta.subtract(del_k)  # type: ignore[attr-defined]
-            kdelta = {h: k for h, k in kdelta.items() if k}
+        ins_k = key_hashes(ins_rows, pk) if pk else []
+        del_k = key_hashes(del_rows, pk) if pk and del_rows else []
         arrays = [
             pa.array(d + i, type=f.type)
             for d, i, f in zip(del_cols, ins_cols, schema.arrow_schema())
@@ -334,20 +331,22 @@ class Storage:
         rows = tuple(del_rows) + tuple(ins_rows)
         diffs = (-1,) * len(del_rows) + (1,) * len(ins_rows)
         with self._lock:
+            # Backpressure: bound the rows accepted but not yet indexed (the overlay's size).
+            while self._index_backlog > self.max_index_backlog and self._state == "open":
+                self._ack_cv.wait()
             self._check_open()
             if entry.id not in self._live:
                 raise NotFound(f"table '{schema.name}' was dropped")
             if del_h:
                 self._check_deletes(entry, del_rows, del_h)
             if pk:
-                self._check_keys(entry, ins_rows, ins_k, del_k)  # type: ignore[arg-type]
+                self._check_keys(entry, ins_rows, ins_k, del_k)
             lsn = self._next_lsn
             self._next_lsn += 1
-            self._overlays[-1].setdefault(entry.id, Overlay()).add(delta, kdelta)
             record = WriteRecord(lsn, schema.name, rows, diffs)
-            self._pending.append(
-                Pending(lsn, entry.id, len(del_rows), body, batch, record, delta, kdelta)
-            )
+            p = Pending(lsn, entry.id, len(del_rows), body, batch, record, ins_h, del_h, ins_k, del_k)
+            self._overlays[-1].setdefault(entry.id, Overlay()).add(p)
+            self._pending.append(p)
             self._work_cv.notify()
             while self._acked_lsn < lsn:
                 self._ack_cv.wait()
@@ -403,110 +402,6 @@ class Storage:
                 raise AlreadyExists(
                     f"table '{schema.name}' row {i}: primary key {fmt_key(schema, rows[i])} already exists"
                 )
-
-    # ------------------------------------------------------------------ committer
-    def _committer_loop(self) -> None:
-        assert self._wal is not None and self._index is not None
-        while True:
-            with self._lock:
-                while not self._pending and not self._stop_commit:
-                    self._work_cv.wait()
-                if not self._pending:
-                    return
-                group, self._pending = self._pending, []
-                gen = self._overlays[-1]
-                self._overlays.append({})
-                subscribers = self._subscribers
-            parts: list[Any] = []
-            for p in group:
-                parts.extend(encode_frame(p.lsn, p.table_id, p.ndel, p.body))
-            last = group[-1].lsn
-            try:
-                with self._wal_lock:
-                    self._wal.append(b"".join(parts))
-            except BaseException:  # never acknowledge a write that may not be durable
-                log.critical("WAL append/fsync failed; exiting to avoid acknowledging lost writes",
-                             exc_info=True)
-                os._exit(70)
-            with self._lock:
-                for p in group:
-                    mem = self._mem.get(p.table_id)
-                    if mem is not None and p.table_id in self._live:
-                        mem.append(MemEntry(p.lsn, p.ndel, p.batch))
-                        self._mem_rows += p.batch.num_rows
-                self._durable_lsn = last
-                if self._mem_rows >= self.flush_rows:
-                    self._bg_cv.notify_all()
-            for p in group:
-                for fn in subscribers:
-                    try:
-                        fn(p.record)
-                    except Exception:
-                        log.exception("storage subscriber %r failed on LSN %d", fn, p.lsn)
-            with self._lock:
-                self._acked_lsn = last
-                self._ack_cv.notify_all()
-            self._apply_index(group, gen, last)
-            with self._wal_lock:
-                self._wal.maybe_rotate(last + 1)
-
-    def _apply_index(self, group: list[Pending], gen: dict[int, Overlay], last: int) -> None:
-        """Apply a durable group to the row index, then retire its overlay generation."""
-        assert self._index is not None
-        try:
-            with self._ddl_lock:
-                self._index.begin()
-                for p in group:
-                    if p.table_id in self._live:
-                        self._index.apply(p.table_id, p.row_delta, p.key_delta)
-                with self._lock:
-                    self._index.commit(last)
-                    self._overlays.remove(gen)
-                    self._index_lsn = last
-        except BaseException:
-            # The WAL already holds these writes; a restart rebuilds the index from it. Going
-            # on without them would let a later write pass checks it should fail.
-            log.critical("row index update failed; exiting (recovery replays the WAL)", exc_info=True)
-            os._exit(71)
-
-    # ------------------------------------------------------------------ background
-    def _flusher_loop(self) -> None:
-        while True:
-            with self._lock:
-                while not self._stop_bg:
-                    due = self._last_flush + self.flush_interval - time.monotonic()
-                    if self._mem_rows >= self.flush_rows or (self._mem_rows and due <= 0):
-                        break
-                    self._bg_cv.wait(timeout=max(due, 0.05) if self._mem_rows else self.flush_interval)
-                if self._stop_bg:
-                    return
-            try:
-                maintenance.flush(self)
-                maintenance.truncate_wal(self)
-            except Exception:
-                log.exception("background flush failed; will retry")
-                time.sleep(min(self.flush_interval, 1.0))
-
-    def _compactor_loop(self) -> None:
-        while True:
-            with self._lock:
-                if self._stop_bg:
-                    return
-                over = [
-                    e for e in self._catalog.tables.values()
-                    if len(self._manifest.tables.get(e.id, _EMPTY).segments) > self.max_segments
-                ]
-                if not over:
-                    self._bg_cv.wait(timeout=max(self.flush_interval, 0.5))
-                    continue
-            for e in over:
-                if self._stop_bg:
-                    return
-                try:
-                    maintenance.compact_table(self, e)
-                except Exception:
-                    log.exception("background compaction of %s failed", e.schema.name)
-                    time.sleep(1.0)
 
     # ------------------------------------------------------------------ reads
     def snapshot(self, lsn: int | None = None) -> Snapshot:
