@@ -54,7 +54,7 @@ class Aggregate(GroupedOperator):
                              f"+ {len(aggs)} aggregates")
         for a in aggs:
             if (a.col is None) != (a.func == "COUNT_STAR"):
-                raise ValueError(f"{a.func} needs {'no' if a.col is None else 'a'} column")
+                raise ValueError(f"{a.func} needs {'no' if a.func == 'COUNT_STAR' else 'a'} column")
         if candidates is not None and candidates < 1:
             raise ValueError(f"candidates must be at least 1, got {candidates}")
         self.group_by = tuple(group_by)

@@ -1,0 +1,250 @@
+"""Each operator as a Spark plan, for upqueries.
+
+``compile_output(op, parents)`` is the operator's whole output computed from its parents'
+DataFrames: the same rows ``on_input`` would have produced had every parent row arrived
+as an insert. ``compile_state(op, parents)`` is, for grouped operators, the rows their
+``load_entries`` turns into entries: group columns first (``_c0.._c{g-1}`` in
+``group_columns()`` order, so the upquery layer can filter them by key), then what the
+entries need. Every DataFrame here, in and out, has columns ``_c0..`` in order.
+
+Dispatch is by operator class through the two registries below, one small function per
+operator. State row layouts (the contract with each operator's ``load_entries``):
+
+    Aggregate  group values..., row count, per aggregate its accumulators (aggfuncs.py):
+               COUNT_STAR none; COUNT non-null count; SUM/AVG non-null count, sum;
+               MIN/MAX non-null count, array<struct<value, multiplicity>> of the best
+               ``candidates`` distinct values (all when None). Always one row for a
+               global aggregate, even over no input.
+    TopK       group values..., row..., multiplicity, group row count: the best
+               ``candidates`` distinct rows of each group (all when None).
+    Distinct   row..., count.
+"""
+
+from __future__ import annotations
+
+from functools import reduce
+from typing import Any, Callable
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from partialflow.operators.aggregate import Aggregate, AggSpec
+from partialflow.operators.base import Operator
+from partialflow.operators.distinct import Distinct
+from partialflow.operators.filter import Filter
+from partialflow.operators.join import Join
+from partialflow.operators.project import Project
+from partialflow.operators.topk import TopK
+from partialflow.operators.union import Union
+from partialflow.server.errors import InvalidArgument
+
+Compiler = Callable[[Any, list[DataFrame]], DataFrame]
+_OUTPUT: dict[type, Compiler] = {}
+_STATE: dict[type, Compiler] = {}
+
+
+def compile_output(op: Operator, parents: list[DataFrame]) -> DataFrame:
+    """The operator's output rows (columns ``_c0..``) computed from its parents'."""
+    return _dispatch(_OUTPUT, "output", op)(op, parents)
+
+
+def compile_state(op: Operator, parents: list[DataFrame]) -> DataFrame:
+    """A grouped operator's state rows, group columns first (see the module doc)."""
+    return _dispatch(_STATE, "state", op)(op, parents)
+
+
+def _dispatch(table: dict[type, Compiler], what: str, op: Operator) -> Compiler:
+    fn = table.get(type(op))
+    if fn is None:
+        raise InvalidArgument(f"no Spark {what} plan for operator {op.description()}")
+    return fn
+
+
+def _registers(table: dict[type, Compiler], cls: type) -> Callable[[Compiler], Compiler]:
+    def register(fn: Compiler) -> Compiler:
+        table[cls] = fn
+        return fn
+
+    return register
+
+
+def _c(i: int) -> Column:
+    return F.col(f"_c{i}")
+
+
+def _positional(df: DataFrame) -> DataFrame:
+    """Rename whatever columns ``df`` has to ``_c0..`` in order."""
+    return df.toDF(*[f"_c{i}" for i in range(len(df.columns))])
+
+
+def _width(df: DataFrame) -> int:
+    return len(df.columns)
+
+
+# -- stateless operators ----------------------------------------------------------------
+@_registers(_OUTPUT, Filter)
+def _filter(op: Filter, parents: list[DataFrame]) -> DataFrame:
+    # Spark's filter keeps TRUE only, exactly as the Python side does.
+    return parents[0].filter(F.expr(op.predicate.sql))
+
+
+@_registers(_OUTPUT, Project)
+def _project(op: Project, parents: list[DataFrame]) -> DataFrame:
+    return parents[0].select(*[F.expr(e.sql).alias(f"_c{i}") for i, e in enumerate(op.exprs)])
+
+
+@_registers(_OUTPUT, Union)
+def _union(op: Union, parents: list[DataFrame]) -> DataFrame:
+    return reduce(lambda a, b: a.unionByName(b), [_positional(p) for p in parents])
+
+
+@_registers(_OUTPUT, Join)
+def _join(op: Join, parents: list[DataFrame]) -> DataFrame:
+    lw = op.left_width
+    rw = len(op.columns) - lw
+    left = parents[0].select(*[_c(i).alias(f"_l{i}") for i in range(lw)])
+    right = parents[1].select(*[_c(j).alias(f"_r{j}") for j in range(rw)])
+    # Plain `==`: a NULL key compares as NULL and never matches, as in on_input.
+    conds = [F.col(f"_l{a}") == F.col(f"_r{b}") for a, b in zip(op.left_key, op.right_key)]
+    on = reduce(lambda a, b: a & b, conds) if conds else F.lit(True)
+    joined = left.join(right, on=on, how=op.join_kind)
+    return _positional(joined.select(*[f"_l{i}" for i in range(lw)],
+                                     *[f"_r{j}" for j in range(rw)]))
+
+
+# -- aggregate --------------------------------------------------------------------------
+_AGG_OUTPUT: dict[str, Callable[[Column], Column]] = {
+    "COUNT": F.count, "SUM": F.sum, "AVG": F.avg, "MIN": F.min, "MAX": F.max,
+}
+
+
+def _agg_value(spec: AggSpec) -> Column:
+    if spec.col is None:
+        return F.count(F.lit(1))
+    return _AGG_OUTPUT[spec.func](_c(spec.col))
+
+
+def _grouped(df: DataFrame, groups: list[Column], aggs: list[Column]) -> DataFrame:
+    if not aggs:  # GROUP BY without aggregates: just the distinct groups
+        return df.select(*groups).distinct()
+    return df.groupBy(*groups).agg(*aggs) if groups else df.agg(*aggs)
+
+
+@_registers(_OUTPUT, Aggregate)
+def _aggregate(op: Aggregate, parents: list[DataFrame]) -> DataFrame:
+    groups = [_c(c).alias(f"_c{i}") for i, c in enumerate(op.group_by)]
+    g = len(groups)
+    aggs = [_agg_value(a).alias(f"_c{g + i}") for i, a in enumerate(op.aggs)]
+    return _grouped(parents[0], groups, aggs)
+
+
+@_registers(_STATE, Aggregate)
+def _aggregate_state(op: Aggregate, parents: list[DataFrame]) -> DataFrame:
+    df = parents[0]
+    g = len(op.group_by)
+    groups = [_c(c).alias(f"_g{i}") for i, c in enumerate(op.group_by)]
+    accs: list[Column] = [F.count(F.lit(1)).alias("_n")]
+    names = ["_n"]
+    extremes: list[tuple[int, AggSpec]] = []
+    for i, a in enumerate(op.aggs):
+        if a.col is None:
+            continue
+        accs.append(F.count(_c(a.col)).alias(f"_a{i}_n"))
+        names.append(f"_a{i}_n")
+        if a.func in ("SUM", "AVG"):
+            accs.append(F.sum(_c(a.col)).alias(f"_a{i}_s"))
+            names.append(f"_a{i}_s")
+        elif a.func in ("MIN", "MAX"):
+            names.append(f"_a{i}_v")
+            extremes.append((i, a))
+    state = _grouped(df, groups, accs)
+    if extremes:
+        state = _attach(state, _extreme_candidates(df, op, extremes), g)
+    return _positional(state.select(*[f"_g{j}" for j in range(g)], *names))
+
+
+def _extreme_candidates(df: DataFrame, op: Aggregate,
+                        extremes: list[tuple[int, AggSpec]]) -> DataFrame:
+    """Per group, the best distinct values of every MIN/MAX column with multiplicities.
+
+    All MIN/MAX columns share one pass: each input row is exploded into one tagged row
+    per aggregate (tag ``i``, its value in field ``v{i}``, other fields NULL of their own
+    types), counted per (group, tag, value), then collected per group and tag.
+    """
+    keys = [f"_k{j}" for j in range(len(op.group_by))]
+    groups = [_c(c).alias(k) for k, c in zip(keys, op.group_by)]
+    fields = [f"v{t}" for t in range(len(extremes))]
+    tagged = F.array(*[
+        F.struct(F.lit(t).alias("i"), *[
+            F.when(F.lit(t == u), _c(a.col)).alias(fields[u])  # type: ignore[arg-type]
+            for u, (_, a) in enumerate(extremes)])
+        for t in range(len(extremes))])
+    rows = df.select(*groups, F.explode(tagged).alias("_e")).select(*keys, "_e.*")
+    present = reduce(lambda a, b: a | b, [(F.col("i") == t) & F.col(f).isNotNull()
+                                          for t, f in enumerate(fields)])
+    counted = rows.where(present).groupBy(*keys, "i", *fields).agg(
+        F.count(F.lit(1)).alias("m"))
+    best = []
+    for t, (i, a) in enumerate(extremes):
+        picked = F.collect_list(F.when(F.col("i") == t, F.struct(F.col(fields[t]).alias("v"), "m")))
+        values = F.sort_array(picked, asc=a.func == "MIN")
+        if op.candidates is not None:
+            values = F.slice(values, 1, op.candidates)
+        best.append(values.alias(f"_a{i}_v"))
+    return _grouped(counted, [F.col(k) for k in keys], best)
+
+
+def _attach(state: DataFrame, extra: DataFrame, g: int) -> DataFrame:
+    """Left-join per-group columns onto the state; group values may be NULL (<=>)."""
+    if g == 0:
+        return state.crossJoin(extra)
+    on = reduce(lambda a, b: a & b,
+                [F.col(f"_g{j}").eqNullSafe(F.col(f"_k{j}")) for j in range(g)])
+    return state.join(extra, on=on, how="left").drop(*[f"_k{j}" for j in range(g)])
+
+
+# -- top-k ------------------------------------------------------------------------------
+def _ordering(op: TopK) -> list[Column]:
+    """The order keys with Spark's default NULL placement, then every column ascending:
+    the tie-break the Python side uses (``topk._sort_key``)."""
+    keys = [_c(c).desc_nulls_last() if desc else _c(c).asc_nulls_first()
+            for c, desc in op.order]
+    return keys + [_c(i).asc_nulls_first() for i in range(len(op.columns))]
+
+
+def _partition(op: TopK) -> Any:
+    groups = [_c(c) for c in op.group_by]
+    return Window.partitionBy(*groups) if groups else Window.partitionBy()
+
+
+@_registers(_OUTPUT, TopK)
+def _topk(op: TopK, parents: list[DataFrame]) -> DataFrame:
+    ranked = parents[0].withColumn(
+        "_rank", F.row_number().over(_partition(op).orderBy(*_ordering(op))))
+    return ranked.where(F.col("_rank") <= op.k).drop("_rank")
+
+
+@_registers(_STATE, TopK)
+def _topk_state(op: TopK, parents: list[DataFrame]) -> DataFrame:
+    n = len(op.columns)
+    distinct = parents[0].groupBy(*[_c(i) for i in range(n)]).agg(F.count(F.lit(1)).alias("_m"))
+    ranked = (distinct
+              .withColumn("_rank", F.row_number().over(_partition(op).orderBy(*_ordering(op))))
+              .withColumn("_total", F.sum("_m").over(_partition(op))))
+    if op.candidates is not None:
+        ranked = ranked.where(F.col("_rank") <= op.candidates)
+    cols = [_c(c).alias(f"_g{j}") for j, c in enumerate(op.group_by)]
+    return _positional(ranked.select(*cols, *[_c(i) for i in range(n)], "_m", "_total"))
+
+
+# -- distinct ---------------------------------------------------------------------------
+@_registers(_OUTPUT, Distinct)
+def _distinct(op: Distinct, parents: list[DataFrame]) -> DataFrame:
+    return parents[0].distinct()
+
+
+@_registers(_STATE, Distinct)
+def _distinct_state(op: Distinct, parents: list[DataFrame]) -> DataFrame:
+    n = len(op.columns)
+    counted = parents[0].groupBy(*[_c(i) for i in range(n)]).agg(F.count(F.lit(1)))
+    return _positional(counted)
