@@ -258,7 +258,8 @@ class Engine:
 
     def _drop(self, node: exp.Drop) -> ResultSet:
         kind = node.args["kind"]
-        tables = node.expressions or ([node.this] if node.this is not None else [])
+        # sqlglot keeps the dropped names under "tables" (older releases: "this").
+        tables = node.args.get("tables") or ([node.this] if node.this is not None else [])
         if len(tables) != 1:
             raise InvalidArgument(f"DROP {kind}: drop one {kind.lower()} per statement")
         if node.args.get("cascade"):
