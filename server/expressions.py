@@ -14,13 +14,13 @@ an invalid string gives NULL. Value conversions live in ``operators/values.py``.
 
 from __future__ import annotations
 
-import math
 import operator
 import re
 from typing import Any, Callable, NamedTuple, Sequence
 
 from sqlglot import exp
 
+from partialflow.operators import scalar as sc
 from partialflow.operators import values as sv
 from partialflow.operators.values import BIGINT, BOOLEAN, DOUBLE, INT, NULL, STRING
 from partialflow.server.errors import InvalidArgument
@@ -165,66 +165,31 @@ class _Compiler:
 
     def div(self, node: exp.Div) -> _Node:
         fa, fb = self.compile(node.this).fn, self.compile(node.expression).fn
-
-        def div(row: Row) -> Any:
-            a = fa(row)
-            if a is None:
-                return None
-            b = fb(row)
-            if b is None:
-                return None
-            a, b = sv.to_double(a), sv.to_double(b)
-            if a is None or b is None or b == 0:
-                return None
-            return a / b
-
-        return _Node(div, DOUBLE)
+        return _Node(sc.division(fa, fb), DOUBLE)
 
     def neg(self, node: exp.Neg) -> _Node:
         a = self.compile(node.this)
-        return _Node(_numeric_unary(a.fn, operator.neg, 32 if a.type == INT else 64),
+        return _Node(sc.numeric_unary(a.fn, operator.neg, 32 if a.type == INT else 64),
                      sv.arith_type(a.type, a.type))
 
     def abs(self, node: exp.Abs) -> _Node:
         a = self.compile(node.this)
-        return _Node(_numeric_unary(a.fn, abs, 32 if a.type == INT else 64),
+        return _Node(sc.numeric_unary(a.fn, abs, 32 if a.type == INT else 64),
                      sv.arith_type(a.type, a.type))
 
     # -- predicates ------------------------------------------------------------------
     def compare(self, node: exp.Binary) -> _Node:
         fa, fb = self.compile(node.this).fn, self.compile(node.expression).fn
-        return _Node(_comparison(fa, fb, _COMPARE[type(node)]), BOOLEAN)
+        return _Node(sc.comparison(fa, fb, _COMPARE[type(node)]), BOOLEAN)
 
     def and_(self, node: exp.And) -> _Node:
-        fa, fb = self.compile(node.this).fn, self.compile(node.expression).fn
-
-        def and_(row: Row) -> bool | None:
-            a = fa(row)
-            if a is False:
-                return False
-            b = fb(row)
-            if b is False:
-                return False
-            return None if a is None or b is None else True
-
-        return _Node(and_, BOOLEAN)
+        return _Node(sc.and3(self.compile(node.this).fn, self.compile(node.expression).fn), BOOLEAN)
 
     def or_(self, node: exp.Or) -> _Node:
-        fa, fb = self.compile(node.this).fn, self.compile(node.expression).fn
-
-        def or_(row: Row) -> bool | None:
-            a = fa(row)
-            if a is True:
-                return True
-            b = fb(row)
-            if b is True:
-                return True
-            return None if a is None or b is None else False
-
-        return _Node(or_, BOOLEAN)
+        return _Node(sc.or3(self.compile(node.this).fn, self.compile(node.expression).fn), BOOLEAN)
 
     def not_(self, node: exp.Not) -> _Node:
-        return _Node(_negate(self.compile(node.this).fn), BOOLEAN)
+        return _Node(sc.negate(self.compile(node.this).fn), BOOLEAN)
 
     def is_(self, node: exp.Is) -> _Node:
         if not isinstance(node.expression, exp.Null):
@@ -237,26 +202,20 @@ class _Compiler:
             raise _unsupported(node, "IN with a subquery")
         needle = self.compile(node.this)
         items = [self.compile(x) for x in node.expressions]
-        fn = _membership(needle.fn, items)
-        return _Node(_negate(fn) if node.args.get("negate") else fn, BOOLEAN)
+        if all(i.const for i in items):
+            fn = sc.constant_membership(needle.fn, [i.value for i in items])
+        else:
+            fn = sc.membership(needle.fn, [i.fn for i in items])
+        return _Node(sc.negate(fn) if node.args.get("negate") else fn, BOOLEAN)
 
     def between(self, node: exp.Between) -> _Node:
         if node.args.get("symmetric"):
             raise _unsupported(node, "BETWEEN SYMMETRIC")
         fx = self.compile(node.this).fn
-        ge = _comparison(fx, self.compile(node.args["low"]).fn, operator.ge)
-        le = _comparison(fx, self.compile(node.args["high"]).fn, operator.le)
-
-        def between(row: Row) -> bool | None:
-            a = ge(row)
-            if a is False:
-                return False
-            b = le(row)
-            if b is False:
-                return False
-            return None if a is None or b is None else True
-
-        return _Node(_negate(between) if node.args.get("negate") else between, BOOLEAN)
+        ge = sc.comparison(fx, self.compile(node.args["low"]).fn, operator.ge)
+        le = sc.comparison(fx, self.compile(node.args["high"]).fn, operator.le)
+        between = sc.and3(ge, le)  # Spark rewrites BETWEEN to exactly this
+        return _Node(sc.negate(between) if node.args.get("negate") else between, BOOLEAN)
 
     def like(self, node: exp.Like) -> _Node:
         fs = self.compile(node.this).fn
@@ -281,7 +240,7 @@ class _Compiler:
                     return None
                 return sv.like_regex(sv.to_string(p)).fullmatch(sv.to_string(s)) is not None
 
-        return _Node(_negate(like) if node.args.get("negate") else like, BOOLEAN)
+        return _Node(sc.negate(like) if node.args.get("negate") else like, BOOLEAN)
 
     # -- conditionals ----------------------------------------------------------------
     def case(self, node: exp.Case) -> _Node:
@@ -291,7 +250,7 @@ class _Compiler:
         for branch in node.args.get("ifs") or []:
             cond = self.compile(branch.this).fn
             if subject is not None:  # CASE x WHEN v: the branch is taken when x = v
-                cond = _comparison(subject.fn, cond, operator.eq)
+                cond = sc.comparison(subject.fn, cond, operator.eq)
             conds.append(cond)
             values.append(self.compile(branch.args["true"]))
         default = node.args.get("default")
@@ -350,137 +309,7 @@ class _Compiler:
         target = _CAST_TARGETS.get(to.this)
         if target is None or to.expressions:
             raise _unsupported(node, f"CAST to {to.sql()}")
-        fa = self.compile(node.this).fn
-        convert = sv.CONVERTERS[target]
-
-        def cast(row: Row) -> Any:
-            v = fa(row)
-            return None if v is None else convert(v)
-
-        return _Node(cast, target)
-
-
-def _negate(fn: Fn) -> Fn:
-    def not_(row: Row) -> bool | None:
-        v = fn(row)
-        return None if v is None else not v
-
-    return not_
-
-
-def _comparison(fa: Fn, fb: Fn, op: Callable[[Any, Any], bool]) -> Fn:
-    coerce = sv.coerce_for_comparison
-
-    def compare(row: Row) -> bool | None:
-        a = fa(row)
-        if a is None:
-            return None
-        b = fb(row)
-        if b is None:
-            return None
-        if a.__class__ is not b.__class__ and (a.__class__ is str or b.__class__ is str):
-            a, b = coerce(a, b)
-            if a is None or b is None:
-                return None
-        return op(a, b)
-
-    return compare
-
-
-def _membership(fx: Fn, items: list[_Node]) -> Fn:
-    """x IN (...): TRUE on a match, else NULL if x or any item is NULL, else FALSE."""
-    if all(i.const for i in items):
-        return _constant_membership(fx, [i.value for i in items])
-    fns = [i.fn for i in items]
-
-    def in_(row: Row) -> bool | None:
-        v = fx(row)
-        if v is None:
-            return None
-        saw_null = False
-        for fn in fns:
-            w = fn(row)
-            if w is None:
-                saw_null = True
-            elif sv.in_equal(v, w):
-                return True
-        return None if saw_null else False
-
-    return in_
-
-
-def _constant_membership(fx: Fn, values: list[Any]) -> Fn:
-    """IN over literals: set lookups instead of a loop."""
-    has_null = None in values
-    strings = frozenset(v for v in values if v.__class__ is str)
-    others = frozenset(v for v in values if v is not None and v.__class__ is not str)
-    # Spark's common type of a string and a number in IN is STRING: compare as text.
-    as_text = frozenset(sv.to_string(v) for v in values if v is not None)
-    to_string = sv.to_string
-
-    def in_const(row: Row) -> bool | None:
-        v = fx(row)
-        if v is None:
-            return None
-        if v.__class__ is str:
-            if v in strings or (others and v in as_text):
-                return True
-        elif v in others or (strings and to_string(v) in as_text):
-            return True
-        return None if has_null else False
-
-    return in_const
-
-
-def _numeric_unary(fa: Fn, op: Callable[[Any], Any], bits: int) -> Fn:
-    def unary(row: Row) -> Any:
-        v = fa(row)
-        if v is None:
-            return None
-        if v.__class__ is str:
-            v = sv.to_double(v)
-            return None if v is None else op(v)
-        r = op(v)
-        return sv.wrap(r, bits) if r.__class__ is int else r
-
-    return unary
-
-
-def _arith(op: Callable[[Any, Any], Any]) -> Callable[[Fn, Fn, int], Fn]:
-    def build(fa: Fn, fb: Fn, bits: int) -> Fn:
-        lo, hi = (sv.INT32_MIN, sv.INT32_MAX) if bits == 32 else (sv.INT64_MIN, sv.INT64_MAX)
-
-        def arith(row: Row) -> Any:
-            a = fa(row)
-            if a is None:
-                return None
-            b = fb(row)
-            if b is None:
-                return None
-            if a.__class__ is str or b.__class__ is str:  # Spark casts strings to double
-                a, b = sv.to_double(a), sv.to_double(b)
-                if a is None or b is None:
-                    return None
-            r = op(a, b)
-            if r.__class__ is int and not lo <= r <= hi:
-                return sv.wrap(r, bits)
-            return r
-
-        return arith
-
-    return build
-
-
-def _mod(a: Any, b: Any) -> Any:
-    if b == 0:
-        return None
-    if a.__class__ is float or b.__class__ is float:
-        try:
-            return math.fmod(a, b)
-        except ValueError:  # fmod(inf, x): Java gives NaN
-            return math.nan
-    r = abs(a) % abs(b)  # Java remainder: the sign follows the dividend
-    return -r if a < 0 else r
+        return _Node(sc.converted(self.compile(node.this).fn, target), target)
 
 
 def _coerce_all(nodes: list[_Node]) -> tuple[str | None, list[Fn]]:
@@ -492,28 +321,18 @@ def _coerce_all(nodes: list[_Node]) -> tuple[str | None, list[Fn]]:
     # is numeric, else the common type would be string) or to string.
     convert_unknown = target in (DOUBLE, STRING)
     return target, [
-        _converted(n.fn, target)
+        sc.converted(n.fn, target)
         if n.type not in (target, NULL) and (n.type is not None or convert_unknown)
         else n.fn
         for n in nodes
     ]
 
 
-def _converted(fn: Fn, target: str) -> Fn:
-    convert = sv.CONVERTERS[target]
-
-    def converted(row: Row) -> Any:
-        v = fn(row)
-        return None if v is None else convert(v)
-
-    return converted
-
-
 _ARITH: dict[type, Callable[[Fn, Fn, int], Fn]] = {
-    exp.Add: _arith(operator.add),
-    exp.Sub: _arith(operator.sub),
-    exp.Mul: _arith(operator.mul),
-    exp.Mod: _arith(_mod),
+    exp.Add: sc.arithmetic(operator.add),
+    exp.Sub: sc.arithmetic(operator.sub),
+    exp.Mul: sc.arithmetic(operator.mul),
+    exp.Mod: sc.arithmetic(sc.java_mod),
 }
 
 _COMPARE: dict[type, Callable[[Any, Any], bool]] = {
