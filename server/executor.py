@@ -113,11 +113,13 @@ class Executor:
             if packet[0] == "stop":
                 break
             with self.lock:
+                t0 = time.perf_counter_ns()
                 try:
                     self._handle(packet)
                     self._after_packet()
                 except Exception:  # never let one packet kill the executor
                     log.exception("executor packet %s failed", packet[0])
+                self.counters["busy_ns"] += time.perf_counter_ns() - t0
                 self.lsn_changed.notify_all()
 
     def _handle(self, packet: tuple) -> None:
