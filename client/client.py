@@ -21,7 +21,7 @@ from google.protobuf import json_format
 from partialflow.client.errors import InvalidArgument, error_from_rpc
 from partialflow.proto import partialflow_pb2 as pb
 from partialflow.proto import partialflow_pb2_grpc as pb_grpc
-from partialflow.proto.values import add_rows, decode_rows, make_key
+from partialflow.proto.values import add_rows, decode_batch, decode_rows, fill_batch, make_key
 
 # Query results can be large (a whole table); gRPC's 4 MiB default would refuse them.
 MAX_MESSAGE_BYTES = 512 * 1024 * 1024
@@ -51,6 +51,22 @@ def _key_tuple(key: Any) -> tuple:
     if isinstance(key, (tuple, list)):
         return tuple(key)
     return (key,)
+
+
+def _add_rows(rows_field: Any, batch: pb.RowBatch, rows: Iterable[Sequence[Any]]) -> None:
+    """Rows into a write request: as a columnar batch when they are rectangular (about
+    ten times cheaper on both ends), else as Row messages so the server names the bad one."""
+    rows = rows if isinstance(rows, list) else list(rows)
+    if rows and not fill_batch(batch, rows):
+        add_rows(rows_field, rows)
+
+
+def _rows_of(msg: Any) -> list[tuple]:
+    """The rows of a ResultSet or KeyResult, whichever form the server used."""
+    rows = decode_rows(msg.rows)
+    if msg.HasField("batch"):
+        rows.extend(decode_batch(msg.batch))
+    return rows
 
 
 def _plain(obj: Any) -> Any:
@@ -99,7 +115,7 @@ class Client:
 
     @staticmethod
     def _result(msg: pb.ResultSet) -> Result:
-        return Result(decode_rows(msg.rows), list(msg.columns), msg.lsn)
+        return Result(_rows_of(msg), list(msg.columns), msg.lsn)
 
     def close(self) -> None:
         """Close the channel; the client cannot be used afterwards."""
@@ -115,7 +131,8 @@ class Client:
 
     def execute(self, sql: str) -> Result:
         """Run one statement: CREATE/DROP TABLE, CREATE/DROP VIEW, INSERT ... VALUES, SELECT."""
-        return self._result(self._call(self._stub.Execute, pb.ExecuteRequest(sql=sql)))
+        request = pb.ExecuteRequest(sql=sql, columnar=True)
+        return self._result(self._call(self._stub.Execute, request))
 
     def write(
         self,
@@ -126,8 +143,8 @@ class Client:
         """One atomic write of deletes and inserts; returns its LSN."""
         request = pb.WriteRequest(table=table)
         try:
-            add_rows(request.deletes, deletes)
-            add_rows(request.inserts, inserts)
+            _add_rows(request.deletes, request.delete_batch, deletes)
+            _add_rows(request.inserts, request.insert_batch, inserts)
         except (TypeError, ValueError) as err:
             raise InvalidArgument(f"table {table}: {err}") from None
         return self._call(self._stub.Write, request).lsn
@@ -154,7 +171,7 @@ class Client:
     # -- reads ----------------------------------------------------------------------
 
     def _lookup(self, view: str, keys: list[tuple], min_lsn: int | None) -> pb.LookupResponse:
-        request = pb.LookupRequest(view=view)
+        request = pb.LookupRequest(view=view, columnar=True)
         floor = self._min_lsn(min_lsn)
         if floor is not None:
             request.min_lsn = floor
@@ -176,7 +193,7 @@ class Client:
         response = self._lookup(view, [_key_tuple(key)], min_lsn)
         columns = list(response.columns)
         found = response.results[0]
-        return Result(decode_rows(found.rows), columns, found.lsn)
+        return Result(_rows_of(found), columns, found.lsn)
 
     def lookup_many(
         self, view: str, keys: Iterable[Any], *, min_lsn: int | None = None
@@ -186,13 +203,13 @@ class Client:
         response = self._lookup(view, [_key_tuple(k) for k in given], min_lsn)
         columns = list(response.columns)
         return {
-            k: Result(decode_rows(r.rows), columns, r.lsn)
+            k: Result(_rows_of(r), columns, r.lsn)
             for k, r in zip(given, response.results)
         }
 
     def query(self, sql: str, *, as_of: int | None = None) -> Result:
         """Run a SELECT over the base tables on Spark, at the latest LSN or at ``as_of``."""
-        request = pb.QueryRequest(sql=sql)
+        request = pb.QueryRequest(sql=sql, columnar=True)
         if as_of is not None:
             request.as_of = as_of
         result = self._result(self._call(self._stub.Query, request))

@@ -1,5 +1,6 @@
 from google.protobuf import struct_pb2 as _struct_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
@@ -33,31 +34,77 @@ class Key(_message.Message):
     values: _containers.RepeatedCompositeFieldContainer[Value]
     def __init__(self, values: _Optional[_Iterable[_Union[Value, _Mapping]]] = ...) -> None: ...
 
+class Column(_message.Message):
+    __slots__ = ("kind", "ints", "doubles", "strings", "bools", "values", "nulls")
+    class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        MIXED: _ClassVar[Column.Kind]
+        INT: _ClassVar[Column.Kind]
+        DOUBLE: _ClassVar[Column.Kind]
+        STRING: _ClassVar[Column.Kind]
+        BOOL: _ClassVar[Column.Kind]
+    MIXED: Column.Kind
+    INT: Column.Kind
+    DOUBLE: Column.Kind
+    STRING: Column.Kind
+    BOOL: Column.Kind
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    INTS_FIELD_NUMBER: _ClassVar[int]
+    DOUBLES_FIELD_NUMBER: _ClassVar[int]
+    STRINGS_FIELD_NUMBER: _ClassVar[int]
+    BOOLS_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    NULLS_FIELD_NUMBER: _ClassVar[int]
+    kind: Column.Kind
+    ints: _containers.RepeatedScalarFieldContainer[int]
+    doubles: _containers.RepeatedScalarFieldContainer[float]
+    strings: _containers.RepeatedScalarFieldContainer[str]
+    bools: _containers.RepeatedScalarFieldContainer[bool]
+    values: _containers.RepeatedCompositeFieldContainer[Value]
+    nulls: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, kind: _Optional[_Union[Column.Kind, str]] = ..., ints: _Optional[_Iterable[int]] = ..., doubles: _Optional[_Iterable[float]] = ..., strings: _Optional[_Iterable[str]] = ..., bools: _Optional[_Iterable[bool]] = ..., values: _Optional[_Iterable[_Union[Value, _Mapping]]] = ..., nulls: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class RowBatch(_message.Message):
+    __slots__ = ("num_rows", "columns")
+    NUM_ROWS_FIELD_NUMBER: _ClassVar[int]
+    COLUMNS_FIELD_NUMBER: _ClassVar[int]
+    num_rows: int
+    columns: _containers.RepeatedCompositeFieldContainer[Column]
+    def __init__(self, num_rows: _Optional[int] = ..., columns: _Optional[_Iterable[_Union[Column, _Mapping]]] = ...) -> None: ...
+
 class ResultSet(_message.Message):
-    __slots__ = ("columns", "rows", "lsn")
+    __slots__ = ("columns", "rows", "lsn", "batch")
     COLUMNS_FIELD_NUMBER: _ClassVar[int]
     ROWS_FIELD_NUMBER: _ClassVar[int]
     LSN_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
     columns: _containers.RepeatedScalarFieldContainer[str]
     rows: _containers.RepeatedCompositeFieldContainer[Row]
     lsn: int
-    def __init__(self, columns: _Optional[_Iterable[str]] = ..., rows: _Optional[_Iterable[_Union[Row, _Mapping]]] = ..., lsn: _Optional[int] = ...) -> None: ...
+    batch: RowBatch
+    def __init__(self, columns: _Optional[_Iterable[str]] = ..., rows: _Optional[_Iterable[_Union[Row, _Mapping]]] = ..., lsn: _Optional[int] = ..., batch: _Optional[_Union[RowBatch, _Mapping]] = ...) -> None: ...
 
 class ExecuteRequest(_message.Message):
-    __slots__ = ("sql",)
+    __slots__ = ("sql", "columnar")
     SQL_FIELD_NUMBER: _ClassVar[int]
+    COLUMNAR_FIELD_NUMBER: _ClassVar[int]
     sql: str
-    def __init__(self, sql: _Optional[str] = ...) -> None: ...
+    columnar: bool
+    def __init__(self, sql: _Optional[str] = ..., columnar: _Optional[bool] = ...) -> None: ...
 
 class WriteRequest(_message.Message):
-    __slots__ = ("table", "inserts", "deletes")
+    __slots__ = ("table", "inserts", "deletes", "insert_batch", "delete_batch")
     TABLE_FIELD_NUMBER: _ClassVar[int]
     INSERTS_FIELD_NUMBER: _ClassVar[int]
     DELETES_FIELD_NUMBER: _ClassVar[int]
+    INSERT_BATCH_FIELD_NUMBER: _ClassVar[int]
+    DELETE_BATCH_FIELD_NUMBER: _ClassVar[int]
     table: str
     inserts: _containers.RepeatedCompositeFieldContainer[Row]
     deletes: _containers.RepeatedCompositeFieldContainer[Row]
-    def __init__(self, table: _Optional[str] = ..., inserts: _Optional[_Iterable[_Union[Row, _Mapping]]] = ..., deletes: _Optional[_Iterable[_Union[Row, _Mapping]]] = ...) -> None: ...
+    insert_batch: RowBatch
+    delete_batch: RowBatch
+    def __init__(self, table: _Optional[str] = ..., inserts: _Optional[_Iterable[_Union[Row, _Mapping]]] = ..., deletes: _Optional[_Iterable[_Union[Row, _Mapping]]] = ..., insert_batch: _Optional[_Union[RowBatch, _Mapping]] = ..., delete_batch: _Optional[_Union[RowBatch, _Mapping]] = ...) -> None: ...
 
 class WriteResponse(_message.Message):
     __slots__ = ("lsn",)
@@ -66,24 +113,28 @@ class WriteResponse(_message.Message):
     def __init__(self, lsn: _Optional[int] = ...) -> None: ...
 
 class LookupRequest(_message.Message):
-    __slots__ = ("view", "keys", "min_lsn")
+    __slots__ = ("view", "keys", "min_lsn", "columnar")
     VIEW_FIELD_NUMBER: _ClassVar[int]
     KEYS_FIELD_NUMBER: _ClassVar[int]
     MIN_LSN_FIELD_NUMBER: _ClassVar[int]
+    COLUMNAR_FIELD_NUMBER: _ClassVar[int]
     view: str
     keys: _containers.RepeatedCompositeFieldContainer[Key]
     min_lsn: int
-    def __init__(self, view: _Optional[str] = ..., keys: _Optional[_Iterable[_Union[Key, _Mapping]]] = ..., min_lsn: _Optional[int] = ...) -> None: ...
+    columnar: bool
+    def __init__(self, view: _Optional[str] = ..., keys: _Optional[_Iterable[_Union[Key, _Mapping]]] = ..., min_lsn: _Optional[int] = ..., columnar: _Optional[bool] = ...) -> None: ...
 
 class KeyResult(_message.Message):
-    __slots__ = ("key", "rows", "lsn")
+    __slots__ = ("key", "rows", "lsn", "batch")
     KEY_FIELD_NUMBER: _ClassVar[int]
     ROWS_FIELD_NUMBER: _ClassVar[int]
     LSN_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
     key: Key
     rows: _containers.RepeatedCompositeFieldContainer[Row]
     lsn: int
-    def __init__(self, key: _Optional[_Union[Key, _Mapping]] = ..., rows: _Optional[_Iterable[_Union[Row, _Mapping]]] = ..., lsn: _Optional[int] = ...) -> None: ...
+    batch: RowBatch
+    def __init__(self, key: _Optional[_Union[Key, _Mapping]] = ..., rows: _Optional[_Iterable[_Union[Row, _Mapping]]] = ..., lsn: _Optional[int] = ..., batch: _Optional[_Union[RowBatch, _Mapping]] = ...) -> None: ...
 
 class LookupResponse(_message.Message):
     __slots__ = ("columns", "results")
@@ -94,12 +145,14 @@ class LookupResponse(_message.Message):
     def __init__(self, columns: _Optional[_Iterable[str]] = ..., results: _Optional[_Iterable[_Union[KeyResult, _Mapping]]] = ...) -> None: ...
 
 class QueryRequest(_message.Message):
-    __slots__ = ("sql", "as_of")
+    __slots__ = ("sql", "as_of", "columnar")
     SQL_FIELD_NUMBER: _ClassVar[int]
     AS_OF_FIELD_NUMBER: _ClassVar[int]
+    COLUMNAR_FIELD_NUMBER: _ClassVar[int]
     sql: str
     as_of: int
-    def __init__(self, sql: _Optional[str] = ..., as_of: _Optional[int] = ...) -> None: ...
+    columnar: bool
+    def __init__(self, sql: _Optional[str] = ..., as_of: _Optional[int] = ..., columnar: _Optional[bool] = ...) -> None: ...
 
 class EvictRequest(_message.Message):
     __slots__ = ("view", "key")

@@ -107,3 +107,86 @@ def decode_rows(rows: Iterable[pb.Row]) -> list[tuple]:
         tuple([None if (k := v.WhichOneof("kind")) in nulls else ga(v, k) for v in r.values])
         for r in rows
     ]
+
+
+# -- columnar batches --------------------------------------------------------------------
+
+_KIND_OF_TYPE = {
+    int: pb.Column.INT,
+    float: pb.Column.DOUBLE,
+    str: pb.Column.STRING,
+    bool: pb.Column.BOOL,
+}
+_LIST_OF_KIND = {
+    pb.Column.INT: "ints",
+    pb.Column.DOUBLE: "doubles",
+    pb.Column.STRING: "strings",
+    pb.Column.BOOL: "bools",
+}
+_NONE = type(None)
+
+
+def _fill_column(column: pb.Column, values: Sequence[Any], lenient: bool) -> None:
+    types = set(map(type, values))
+    nulls = _NONE in types
+    types.discard(_NONE)
+    kind = _KIND_OF_TYPE.get(types.pop()) if len(types) == 1 else None
+    if kind is None:
+        # Mixed (or unusual) types: one Value per row, converted exactly as row by row.
+        column.kind = pb.Column.MIXED
+        target = column.values
+        for v in values:
+            set_value(target.add(), v, lenient=lenient)
+        return
+    column.kind = kind
+    if nulls:
+        column.nulls.extend([i for i, v in enumerate(values) if v is None])
+        values = [v for v in values if v is not None]
+    getattr(column, _LIST_OF_KIND[kind]).extend(values)
+
+
+def fill_batch(batch: pb.RowBatch, rows: Sequence[Sequence[Any]], *, lenient: bool = False) -> bool:
+    """Store ``rows`` column by column into ``batch``.
+
+    Returns False (leaving ``batch`` empty) when the rows are not all sequences of one
+    length: those travel as ``repeated Row`` so the server can name the bad row. Raises
+    TypeError/ValueError like ``set_value`` for values the wire cannot carry.
+    """
+    rows = rows if isinstance(rows, list) else list(rows)
+    for row in rows[:1]:
+        if isinstance(row, (str, bytes)) or not isinstance(row, Sequence):
+            return False
+    try:
+        widths = set(map(len, rows))
+    except TypeError:
+        return False
+    if len(widths) > 1:
+        return False
+    batch.num_rows = len(rows)
+    try:
+        for values in zip(*rows):
+            _fill_column(batch.columns.add(), values, lenient)
+    except BaseException:
+        batch.Clear()
+        raise
+    return True
+
+
+def _decode_column(column: pb.Column, num_rows: int) -> list[Any]:
+    if column.kind == pb.Column.MIXED:
+        return [decode_value(v) for v in column.values]
+    values = list(getattr(column, _LIST_OF_KIND[column.kind]))
+    if column.nulls:
+        it = iter(values)
+        nulls = set(column.nulls)
+        values = [None if i in nulls else next(it) for i in range(num_rows)]
+    if len(values) != num_rows:
+        raise ValueError(f"malformed batch: a column has {len(values)} values for {num_rows} rows")
+    return values
+
+
+def decode_batch(batch: pb.RowBatch) -> list[tuple]:
+    """The rows held by a ``RowBatch``, as a list of tuples."""
+    if not batch.columns:
+        return [()] * batch.num_rows
+    return list(zip(*[_decode_column(c, batch.num_rows) for c in batch.columns]))

@@ -16,9 +16,9 @@ from google.protobuf import struct_pb2
 
 from partialflow.proto import partialflow_pb2 as pb
 from partialflow.proto import partialflow_pb2_grpc as pb_grpc
-from partialflow.proto.values import add_rows, decode_rows, decode_values
+from partialflow.proto.values import add_rows, decode_batch, decode_rows, decode_values, fill_batch
 from partialflow.server.engine import Engine, ResultSet
-from partialflow.server.errors import PartialflowError
+from partialflow.server.errors import InvalidArgument, PartialflowError
 
 log = logging.getLogger(__name__)
 
@@ -62,10 +62,28 @@ def to_struct(data: dict) -> struct_pb2.Struct:
     return struct
 
 
-def result_set(result: ResultSet) -> pb.ResultSet:
+def put_rows(message: Any, rows: list[tuple], columnar: bool) -> None:
+    """Rows into a ResultSet or KeyResult: as its ``batch`` if the client asked for that
+    (and the rows are rectangular), else as ``rows``."""
+    if not (columnar and fill_batch(message.batch, rows, lenient=True)):
+        add_rows(message.rows, rows, lenient=True)
+
+
+def take_rows(rows: Any, batch: pb.RowBatch | None) -> list[tuple]:
+    """Rows of a write request, from its Row messages then its batch."""
+    decoded = decode_rows(rows)
+    if batch is not None:
+        try:
+            decoded.extend(decode_batch(batch))
+        except ValueError as err:
+            raise InvalidArgument(str(err)) from None
+    return decoded
+
+
+def result_set(result: ResultSet, columnar: bool = False) -> pb.ResultSet:
     """An engine result as its wire message."""
     message = pb.ResultSet(columns=result.columns, lsn=result.lsn)
-    add_rows(message.rows, result.rows, lenient=True)
+    put_rows(message, result.rows, columnar)
     return message
 
 
@@ -77,13 +95,17 @@ class PartialflowServicer(pb_grpc.PartialflowServicer):
 
     @_rpc
     def Execute(self, request: pb.ExecuteRequest, context: grpc.ServicerContext) -> pb.ResultSet:
-        return result_set(self.engine.execute(request.sql))
+        return result_set(self.engine.execute(request.sql), request.columnar)
 
     @_rpc
     def Write(self, request: pb.WriteRequest, context: grpc.ServicerContext) -> pb.WriteResponse:
-        lsn = self.engine.write(
-            request.table, inserts=decode_rows(request.inserts), deletes=decode_rows(request.deletes)
+        inserts = take_rows(
+            request.inserts, request.insert_batch if request.HasField("insert_batch") else None
         )
+        deletes = take_rows(
+            request.deletes, request.delete_batch if request.HasField("delete_batch") else None
+        )
+        lsn = self.engine.write(request.table, inserts=inserts, deletes=deletes)
         return pb.WriteResponse(lsn=lsn)
 
     @_rpc
@@ -99,14 +121,14 @@ class PartialflowServicer(pb_grpc.PartialflowServicer):
         for key, (rows, lsn) in zip(request.keys, results):
             found = response.results.add()
             found.key.CopyFrom(key)
-            add_rows(found.rows, rows, lenient=True)
+            put_rows(found, rows, request.columnar)
             found.lsn = lsn
         return response
 
     @_rpc
     def Query(self, request: pb.QueryRequest, context: grpc.ServicerContext) -> pb.ResultSet:
         as_of = request.as_of if request.HasField("as_of") else None
-        return result_set(self.engine.query(request.sql, as_of=as_of))
+        return result_set(self.engine.query(request.sql, as_of=as_of), request.columnar)
 
     @_rpc
     def Evict(self, request: pb.EvictRequest, context: grpc.ServicerContext) -> pb.EvictResponse:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -44,3 +46,47 @@ def test_values_round_trip():
     # bool stays bool and int stays int (True == 1 in Python, so compare types too)
     assert [type(v) for v in decoded[2]] == [float, bool, type(None)]
     assert [type(v) for v in decoded[3]] == [bool, int, float]
+
+
+@pytest.mark.parametrize(
+    "rows",
+    [
+        [(1, "a", 1.5, True), (None, None, None, None), (3, "c", 2.5, False)],
+        [(1,), ("x",), (None,)],  # mixed types travel as Values
+        [(1.0,), (2,)],  # int stays int, float stays float
+        [(None,), (None,)],
+        [(True, 1), (False, 0)],  # bool is not int
+        [(), ()],
+        [],
+        [(2**63 - 1, -(2**63), float("inf"), "")],
+    ],
+)
+def test_batches_round_trip(rows):
+    from partialflow.proto import partialflow_pb2 as pb
+    from partialflow.proto.values import decode_batch, fill_batch
+
+    batch = pb.RowBatch()
+    assert fill_batch(batch, rows)
+    decoded = decode_batch(pb.RowBatch.FromString(batch.SerializeToString()))
+    assert decoded == rows
+    assert [[type(v) for v in r] for r in decoded] == [[type(v) for v in r] for r in rows]
+
+
+@pytest.mark.parametrize("rows", [[(1, 2), (3,)], ["ab", "cd"], [5, 6]])
+def test_ragged_or_non_sequence_rows_are_not_batched(rows):
+    from partialflow.proto import partialflow_pb2 as pb
+    from partialflow.proto.values import fill_batch
+
+    batch = pb.RowBatch()
+    assert not fill_batch(batch, rows)
+    assert batch.ByteSize() == 0
+
+
+def test_a_malformed_batch_is_refused():
+    from partialflow.proto import partialflow_pb2 as pb
+    from partialflow.proto.values import decode_batch
+
+    batch = pb.RowBatch(num_rows=3)
+    batch.columns.add(kind=pb.Column.INT, ints=[1, 2])
+    with pytest.raises(ValueError, match="malformed batch"):
+        decode_batch(batch)

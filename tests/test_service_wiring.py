@@ -243,3 +243,28 @@ def test_unreachable_server_is_unavailable():
     with Client("127.0.0.1:1", timeout=2) as c:
         with pytest.raises(Unavailable):
             c.ping()
+
+
+def test_rows_travel_as_messages_unless_the_client_asks_for_columns(fake):
+    from partialflow.proto import partialflow_pb2 as pb
+    from partialflow.proto import partialflow_pb2_grpc as pb_grpc
+
+    with grpc.insecure_channel(fake[1]) as channel:
+        stub = pb_grpc.PartialflowStub(channel)
+        plain = stub.Execute(pb.ExecuteRequest(sql="select 1"), timeout=5)
+        assert len(plain.rows) == 2 and not plain.HasField("batch")
+        packed = stub.Execute(pb.ExecuteRequest(sql="select 1", columnar=True), timeout=5)
+        assert not packed.rows and packed.batch.num_rows == 2
+
+
+def test_writes_may_mix_rows_and_batches(fake):
+    from partialflow.proto import partialflow_pb2 as pb
+    from partialflow.proto import partialflow_pb2_grpc as pb_grpc
+    from partialflow.proto.values import add_rows, fill_batch
+
+    request = pb.WriteRequest(table="t")
+    add_rows(request.inserts, [(1, "a")])
+    fill_batch(request.insert_batch, [(2, "b"), (3, None)])
+    with grpc.insecure_channel(fake[1]) as channel:
+        pb_grpc.PartialflowStub(channel).Write(request, timeout=5)
+    assert fake[0].calls[-1] == ("write", "t", [(1, "a"), (2, "b"), (3, None)], [])
