@@ -238,7 +238,11 @@ class _Compiler:
                 s, p = fs(row), fp(row)
                 if s is None or p is None:
                     return None
-                return sv.like_regex(sv.to_string(p)).fullmatch(sv.to_string(s)) is not None
+                try:
+                    regex = sv.like_regex(sv.to_string(p))
+                except ValueError:  # Spark fails the query; one bad row must not stop ours
+                    return None
+                return regex.fullmatch(sv.to_string(s)) is not None
 
         return _Node(sc.negate(like) if node.args.get("negate") else like, BOOLEAN)
 

@@ -144,8 +144,13 @@ def test_metadata():
     bare = compile_expr(sqlglot.parse_one("_c2"))
     assert bare.column == 2 and bare.sql == "_c2" and bare.eval((0, 1, "x")) == "x"
     assert compile_expr(sqlglot.parse_one("_c0 + 1.5")).sql == "_c0 + CAST(1.5 AS DOUBLE)"
-    assert e == compile_expr(sqlglot.parse_one("_c3 + _c1 * 2")) and hash(e) == hash(
-        compile_expr(sqlglot.parse_one("_c3 + (_c1 * 2)")).sql.replace("(", "").replace(")", ""))
+    same = compile_expr(sqlglot.parse_one("_c3 + _c1 * 2"))
+    assert e == same and hash(e) == hash(same)
+
+
+def test_like_with_a_bad_pattern_in_data_is_null():
+    e = compile_expr(sqlglot.parse_one("_c0 LIKE _c1"))
+    assert e.eval(("ab", "a\\")) is None and e.eval(("ab", "a%")) is True
 
 
 @pytest.mark.parametrize("text,construct", [
