@@ -533,7 +533,7 @@ def _limit(q: exp.Expression) -> int | None:
 
 def _refuse_unsupported(sel: exp.Select) -> None:
     for key, what in (("with", "WITH"), ("qualify", "QUALIFY"), ("windows", "WINDOW"), ("laterals", "LATERAL"), ("pivots", "PIVOT")):
-        if sel.args.get(key):
+        if sel.args.get(key) or sel.args.get(key + "_"):
             raise InvalidArgument(f"{what} is not supported in views")
 
 

@@ -23,6 +23,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from partialflow.operators.base import Row
+from partialflow.server.errors import InvalidArgument
 from partialflow.server.graph import Node
 from partialflow.server.spark_compile import compile_output, compile_state
 from partialflow.server.state import State
@@ -129,7 +130,7 @@ class UpqueryRunner:
         _tag(self.spark, tag)
         try:
             for st in fill.roots:
-                df = self.state_frame(st, fill.keys[st], fill.snapshot, memo)
+                df = self.state_frame(st, fill.keys[st], fill.snapshot, {})
                 self.jobs += 1
                 results[st.sid] = [tuple(r) for r in df.collect()]
         finally:
@@ -146,32 +147,72 @@ class UpqueryRunner:
     # -- compiling -------------------------------------------------------------------------
     def state_frame(self, st: State, keys: set[Row], snapshot: Any, memo: dict[int, DataFrame]) -> DataFrame:
         node = st.node
+        filters: dict[int, dict[int, set]] = {}
         if st.kind == "grouped":
-            df = compile_state(node.op, [self.subtree(p, snapshot, memo) for p in node.parents])
+            below = _trace(node.op, st.partial_cols, 0)
+            if below is not None and st.partial_cols:
+                _base_filters(node.parents[0], below, keys, filters)
+            df = compile_state(node.op, [self.subtree(p, snapshot, memo, filters) for p in node.parents])
             groups = node.op.group_columns()
             cols = [groups.index(c) for c in st.partial_cols]
         else:
             side = 0 if node.view is not None else next(s for s, x in node.sides.items() if x is st)
-            df = self.subtree(node.parents[side], snapshot, memo)
+            if st.partial_cols:
+                _base_filters(node.parents[side], st.partial_cols, keys, filters)
+            df = self.subtree(node.parents[side], snapshot, memo, filters)
             cols = list(st.partial_cols)
         if st.partial_cols:
             df = df.filter(key_filter(cols, keys))
         return df
 
-    def subtree(self, node: Node, snapshot: Any, memo: dict[int, DataFrame]) -> DataFrame:
+    def subtree(self, node: Node, snapshot: Any, memo: dict[int, DataFrame], filters: dict[int, dict[int, set]]) -> DataFrame:
         """The node's output rows at the snapshot, columns named _c0.._cN."""
         df = memo.get(node.nid)
         if df is None:
             if node.table is not None:
-                df = snapshot.table_df(node.table)
+                # Keys traced down to base columns: storage filters the unflushed rows in
+                # Python and pushes the filter into the Parquet scan. A superset is fine:
+                # the exact key filter is applied on top.
+                f = filters.get(node.nid)
+                names = {node.columns[c]: sorted(v, key=repr) for c, v in f.items()} if f else None
+                try:
+                    df = snapshot.table_df(node.table, filters=names)
+                except InvalidArgument:  # a key of the wrong type: let Spark compare it
+                    df = snapshot.table_df(node.table)
                 df = df.toDF(*[f"_c{i}" for i in range(len(df.columns))])
             else:
-                df = compile_output(node.op, [self.subtree(p, snapshot, memo) for p in node.parents])
+                df = compile_output(node.op, [self.subtree(p, snapshot, memo, filters) for p in node.parents])
             memo[node.nid] = df
         return df
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _trace(op: Any, cols: tuple[int, ...], parent: int) -> tuple[int, ...] | None:
+    out = []
+    for c in cols:
+        src = [pc for p, pc in op.resolve(c) if p == parent]
+        if not src:
+            return None
+        out.append(src[0])
+    return tuple(out)
+
+
+def _base_filters(node: Node, cols: tuple[int, ...], keys: set[Row], out: dict[int, dict[int, set]]) -> None:
+    """Trace key columns down to base tables: per base node, allowed values per column."""
+    if node.table is not None:
+        f = out.setdefault(node.nid, {})
+        for i, c in enumerate(cols):
+            vals = {k[i] for k in keys if k[i] is not None}
+            f[c] = f[c] & vals if c in f else vals
+        return
+    if node.op is None:
+        return
+    for p, parent in enumerate(node.parents):
+        mapped = _trace(node.op, cols, p)
+        if mapped is not None:
+            _base_filters(parent, mapped, keys, out)
 
 
 def key_filter(cols: list[int], keys: set[Row]) -> Column:

@@ -133,3 +133,26 @@ def test_skewed_10k_keys_under_1mb(spark, tmp_path):
             assert not mismatches, "\n".join(mismatches[:5])
     finally:
         srv.stop()
+
+
+def test_view_whose_full_state_cannot_fit_is_refused(spark, tmp_path):
+    from partialflow.client import ResourceExhausted
+
+    srv = InProcessServer(tmp_path / "data", spark, memory_limit=8 * 1024).start()
+    try:
+        with srv.client() as c:
+            c.execute("CREATE TABLE a (k BIGINT, s TEXT)")
+            c.execute("CREATE TABLE b (k BIGINT, w BIGINT)")
+            c.insert("a", [(i, f"name-{i}") for i in range(2000)])
+            c.insert("b", [(i % 50, i) for i in range(100)])
+            # The key (a.s) is not the join key and b's rows can't compute it, so a's join
+            # index must be full: 2000 rows do not fit in 8 KB.
+            with pytest.raises(ResourceExhausted, match="full state"):
+                c.execute("CREATE VIEW too_big AS SELECT a.s, b.w FROM a JOIN b ON a.k = b.k WHERE a.s = ?")
+            assert "too_big" not in c.stats()["views"]
+            assert c.stats()["full_bytes"] == 0
+            # A view that needs no full state is fine under the same limit.
+            c.execute("CREATE VIEW fits AS SELECT k, COUNT(*) AS n FROM b WHERE k = ? GROUP BY k")
+            assert c.lookup("fits", 3).rows == [(3, 2)]
+    finally:
+        srv.stop()
