@@ -68,3 +68,32 @@ def test_lookup_and_explain_of_an_unknown_view_fail_cleanly(server):
         assert done.returncode == 1
         assert done.stderr.startswith("error: ")
         assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_lookup_and_explain_a_view(server):
+    assert _cli(server, "sql", "CREATE TABLE cli_visit (product TEXT, length BIGINT)").returncode == 0
+    assert _cli(server, "sql", "INSERT INTO cli_visit VALUES ('Apple', 10), ('Apple', 30), ('42', 5)").returncode == 0
+    done = _cli(
+        server, "sql",
+        "CREATE VIEW cli_longest AS SELECT product, MAX(length) AS longest FROM cli_visit "
+        "WHERE product = ? GROUP BY product",
+    )
+    assert done.returncode == 0, done.stderr
+
+    done = _cli(server, "lookup", "cli_longest", "Apple")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].split() == ["product", "|", "longest"]
+    assert lines[2].split() == ["Apple", "|", "30"]
+    assert lines[-1].startswith("(1 row, lsn ")
+
+    done = _cli(server, "lookup", "cli_longest", '"42"')  # quoted: text, not a number
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[2].split() == ["42", "|", "5"]
+
+    done = _cli(server, "explain", "cli_longest")
+    assert done.returncode == 0, done.stderr
+    assert "cli_visit" in done.stdout
+    done = _cli(server, "explain", "--dot", "cli_longest")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.lstrip().startswith("digraph")
