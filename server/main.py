@@ -20,6 +20,7 @@ from grpc_reflection.v1alpha import reflection
 from partialflow.proto import partialflow_pb2_grpc as pb_grpc
 from partialflow.server.config import Config
 from partialflow.server.engine import Engine
+from partialflow.server.errors import PartialflowError, Unavailable
 from partialflow.server.service import SERVICE_NAME, PartialflowServicer
 
 log = logging.getLogger(__name__)
@@ -40,44 +41,57 @@ def _address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
 
 
+def _bind(server: grpc.Server, config: Config) -> int:
+    address = _address(config.host, config.port)
+    try:
+        port = server.add_insecure_port(address)
+    except RuntimeError as err:  # grpc raises on failure in recent releases
+        raise Unavailable(f"cannot listen on {address}: {err}") from None
+    if port == 0:  # older releases return 0
+        raise Unavailable(f"cannot listen on {address}")
+    return port
+
+
 def create_server(
     config: Config, *, engine: Engine | None = None, spark: Any = None
 ) -> tuple[grpc.Server, int]:
     """Build a bound, not yet started server; returns it and the port it bound.
 
-    Without ``engine`` one is made from ``config`` (starting Spark unless ``spark`` is given)
-    and is closed by ``stop_server``; a given engine stays the caller's to close. Health
-    reports SERVING for the server and for ``partialflow.v1.Partialflow`` because the
-    engine is ready by the time this returns.
+    The port is bound first, so a taken address fails fast (Unavailable) before Spark
+    starts. Without ``engine`` one is made from ``config`` (starting Spark unless ``spark``
+    is given) and is closed by ``stop_server``; a given engine stays the caller's to close.
+    Health reports SERVING for the server and for ``partialflow.v1.Partialflow`` because
+    the engine is ready by the time this returns.
     """
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="rpc"),
+        options=[
+            ("grpc.max_send_message_length", config.max_message_bytes),
+            ("grpc.max_receive_message_length", config.max_message_bytes),
+            # gRPC enables SO_REUSEPORT by default: a second server on the same port would
+            # bind happily and silently share the traffic.
+            ("grpc.so_reuseport", 0),
+        ],
+    )
+    port = _bind(server, config)
     owns_engine = engine is None
-    if engine is None:
-        if spark is None:
-            from partialflow.server.spark import spark_session
-
-            spark = spark_session(config.spark_master)
-        engine = Engine(config, spark)
     try:
-        server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="rpc"),
-            options=[
-                ("grpc.max_send_message_length", config.max_message_bytes),
-                ("grpc.max_receive_message_length", config.max_message_bytes),
-            ],
-        )
+        if engine is None:
+            if spark is None:
+                from partialflow.server.spark import spark_session
+
+                spark = spark_session(config.spark_master)
+            engine = Engine(config, spark)
         pb_grpc.add_PartialflowServicer_to_server(PartialflowServicer(engine), server)
         checker = health.HealthServicer(experimental_non_blocking=True)
         health_pb2_grpc.add_HealthServicer_to_server(checker, server)
-        reflection.enable_server_reflection(
-            (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-             reflection.SERVICE_NAME),
-            server,
-        )
-        port = server.add_insecure_port(_address(config.host, config.port))
+        services = (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name)
+        reflection.enable_server_reflection((*services, reflection.SERVICE_NAME), server)
         for service in ("", SERVICE_NAME):
             checker.set(service, health_pb2.HealthCheckResponse.SERVING)
     except BaseException:
-        if owns_engine:
+        server.stop(None)
+        if owns_engine and engine is not None:
             engine.close()
         raise
     _WIRING[server] = _Wiring(engine, checker, owns_engine)
@@ -118,10 +132,12 @@ def serve(config: Config) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
 
-    from partialflow.server.spark import spark_session
-
-    spark = spark_session(config.spark_master)
-    server, port = create_server(config, spark=spark)
+    try:
+        server, port = create_server(config)
+    except PartialflowError as err:  # a taken port, an unreadable data dir: one line, exit 1
+        print(f"error: {err}", file=sys.stderr, flush=True)
+        return 1
+    spark = engine_of(server).spark
     if not stop.is_set():  # a signal during start-up: stop without ever serving
         server.start()
         print(f"listening on {config.host}:{port}", flush=True)
