@@ -76,7 +76,7 @@ def recover(st: Storage) -> None:
 
     mem: dict[int, list[MemEntry]] = {tid: [] for tid in by_id}
     arrow_schemas = {tid: e.schema.arrow_schema() for tid, e in by_id.items()}
-    last = max(flushed, index_lsn)
+    last = flushed
     first_wal: int | None = None
     index_ok = True
     replayed = 0
@@ -102,6 +102,10 @@ def recover(st: Storage) -> None:
         replayed += 1
     if first_wal is None and index_lsn < last:
         index_ok = False  # index older than everything, and no log left to catch it up from
+    if index_lsn > last:
+        # The index saw writes that are in neither the log nor Parquet (a damaged log lost
+        # its tail): its counts would include rows that do not exist.
+        index_ok = False
     if index_ok:
         index.commit(last)
     else:
