@@ -110,6 +110,8 @@ def indexer_loop(st: Storage) -> None:
         last = batch[-1][2]
         rows = sum(b[3] for b in batch)
         gens: list[dict[int, Overlay]] = [b[1] for b in batch]
+        with st._lock:
+            keyed = {e.id for e in st._catalog.tables.values() if e.schema.primary_key}
         by_table: dict[int, list[Pending]] = {}
         for group, _, _, _ in batch:
             for p in group:
@@ -120,11 +122,13 @@ def indexer_loop(st: Storage) -> None:
                 for tid, ps in by_table.items():
                     if tid not in st._live:
                         continue  # dropped meanwhile; its index tables are gone
-                    adds, dels = net_keys(ps)
                     # Sorted digests visit the B-tree's pages in order (better cache locality).
-                    ins = sorted(h for p in ps for h in p.ins_h)
-                    dl = sorted(h for p in ps for h in p.del_h)
-                    index.apply(tid, ins, dl, sorted(adds), dels)
+                    if tid in keyed:
+                        put, removed = net_keys(ps)
+                        index.apply_keys(tid, sorted(put), removed)
+                    else:
+                        ins = sorted(h for p in ps for h in p.ins_h)
+                        index.apply(tid, ins, [h for p in ps for h in p.del_h])
                 with st._lock:
                     # Commit and retire the overlay atomically w.r.t. writers' checks, so a
                     # write is never counted twice (index + overlay) or not at all.

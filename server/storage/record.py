@@ -54,19 +54,22 @@ class Pending:
         self.del_k = del_k
 
 
-def net_keys(group: Sequence[Pending]) -> tuple[list[bytes], list[bytes]]:
-    """Net primary-key changes of consecutive writes of one table: (added, removed).
+def net_keys(group: Sequence[Pending]) -> tuple[list[tuple[bytes, bytes]], list[bytes]]:
+    """Net effect of consecutive writes of one PRIMARY KEY table on its key index:
+    ((key digest, row digest) now present, key digests now absent).
 
-    Order matters for keys (delete k then insert k leaves k present), so a group with any
-    delete is reduced to its net effect; an insert-only group is simply all its keys.
+    Order matters for keys (delete k then insert k leaves k present), so writes are replayed
+    in LSN order; an insert-only run is simply all its (key, row) pairs.
     """
     if not any(p.del_k for p in group):
-        return [k for p in group for k in p.ins_k], []
-    net: Counter[bytes] = Counter()
+        return [kr for p in group for kr in zip(p.ins_k, p.ins_h)], []
+    state: dict[bytes, bytes | None] = {}
     for p in group:
-        net.subtract(p.del_k)
-        net.update(p.ins_k)
-    return [k for k, n in net.items() if n > 0], [k for k, n in net.items() if n < 0]
+        for k in p.del_k:
+            state[k] = None
+        for k, h in zip(p.ins_k, p.ins_h):
+            state[k] = h
+    return [(k, h) for k, h in state.items() if h is not None], [k for k, h in state.items() if h is None]
 
 
 class Overlay:

@@ -130,15 +130,16 @@ def _apply_to_index(index: RowIndex, entry: TableEntry, batch: pa.RecordBatch, n
     rows = batch_rows(batch)
     hashes = row_hashes(rows)
     pk = entry.schema.primary_key
-    adds: list[bytes] = []
-    dels: list[bytes] = []
-    if pk:
-        keys = key_hashes(rows, pk)
-        net: Counter[bytes] = Counter(keys[ndel:])
-        net.subtract(keys[:ndel])
-        adds = [k for k, n in net.items() if n > 0]
-        dels = [k for k, n in net.items() if n < 0]
-    index.apply(entry.id, hashes[ndel:], hashes[:ndel], adds, dels)
+    if not pk:
+        index.apply(entry.id, hashes[ndel:], hashes[:ndel])
+        return
+    keys = key_hashes(rows, pk)
+    state: dict[bytes, bytes | None] = {k: None for k in keys[:ndel]}
+    state.update(zip(keys[ndel:], hashes[ndel:]))
+    index.apply_keys(
+        entry.id, [(k, h) for k, h in state.items() if h is not None],
+        [k for k, h in state.items() if h is None],
+    )
 
 
 def _open_index(path: Path) -> RowIndex:
@@ -185,8 +186,10 @@ def _rebuild_index(
             if pk:
                 for h, k in zip(hashes, key_hashes(rows, pk)):
                     key_of[h] = k
-        live = [h for h, n in counts.items() for _ in range(n)]  # one digest per copy
-        index.apply(tid, live, [], [key_of[h] for h, n in counts.items() if n > 0] if pk else [])
+        if pk:
+            index.apply_keys(tid, [(key_of[h], h) for h, n in counts.items() if n > 0], [])
+        else:
+            index.apply(tid, [h for h, n in counts.items() for _ in range(n)], [])  # per copy
     index.commit(last)
 
 

@@ -1,9 +1,11 @@
 """The row index: per table, how many copies of each row exist, and which primary keys exist.
 
 It lets ``write`` refuse a delete of an absent row or a duplicate key without a Spark job.
-One sqlite file holds, per table id, ``r_<id>(h BLOB PRIMARY KEY, n INTEGER)`` (h = 16-byte
-blake2b of the row's repr, n = copies) and ``k_<id>(h BLOB PRIMARY KEY)`` for primary keys,
-plus ``meta(lsn)``: the LSN the index reflects, committed in the same transaction as the rows.
+One sqlite file holds, per table id, either ``r_<id>(h BLOB PRIMARY KEY, n INTEGER)`` for a bag
+table (h = 16-byte blake2b of the row's repr, n = copies) or ``k_<id>(h BLOB PRIMARY KEY,
+r BLOB)`` for a table with a PRIMARY KEY (h = digest of the key, r = digest of the whole row:
+one B-tree answers both "does this key exist" and "is this exact row there"), plus
+``meta(lsn)``: the LSN the index reflects, committed in the same transaction as the rows.
 
 The index only ever contains *durable* writes: the committer applies a group after its WAL
 fsync. Writes accepted but not yet applied live in an in-memory overlay kept by the Storage;
@@ -64,18 +66,19 @@ class RowIndex:
 
     # -- schema -------------------------------------------------------------------------------
     def table_ids(self) -> set[int]:
-        rows = self.writer.execute(
-            "SELECT name FROM sqlite_master WHERE type='table' AND name LIKE 'r\\_%' ESCAPE '\\'"
-        ).fetchall()
-        return {int(name[2:]) for (name,) in rows}
+        rows = self.writer.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall()
+        return {int(n[2:]) for (n,) in rows if n[:2] in ("r_", "k_") and n[2:].isdigit()}
 
     def create(self, table_id: int, has_pk: bool) -> None:
         tid = int(table_id)
-        self.writer.execute(
-            f"CREATE TABLE IF NOT EXISTS r_{tid} (h BLOB PRIMARY KEY, n INTEGER NOT NULL) WITHOUT ROWID"
-        )
         if has_pk:
-            self.writer.execute(f"CREATE TABLE IF NOT EXISTS k_{tid} (h BLOB PRIMARY KEY) WITHOUT ROWID")
+            self.writer.execute(
+                f"CREATE TABLE IF NOT EXISTS k_{tid} (h BLOB PRIMARY KEY, r BLOB NOT NULL) WITHOUT ROWID"
+            )
+        else:
+            self.writer.execute(
+                f"CREATE TABLE IF NOT EXISTS r_{tid} (h BLOB PRIMARY KEY, n INTEGER NOT NULL) WITHOUT ROWID"
+            )
 
     def drop(self, table_id: int) -> None:
         tid = int(table_id)
@@ -103,16 +106,17 @@ class RowIndex:
             return {}
         return {bytes.fromhex(item[:32]): int(item[32:]) for item in res.split(",")}
 
-    def keys_present(self, table_id: int, hashes: Sequence[bytes]) -> set[bytes]:
-        """Which of the given primary-key digests are committed."""
-        if not hashes:
-            return set()
-        blob = b"".join(hashes)
+    def key_rows(self, table_id: int, keys: Sequence[bytes]) -> dict[bytes, bytes]:
+        """For a PRIMARY KEY table: committed key digest -> row digest, for the given keys."""
+        if not keys:
+            return {}
         (res,) = self.reader.execute(
-            f"SELECT group_concat(hex(h)) FROM k_{int(table_id)} WHERE h IN ({_SPLIT})",
-            (blob, len(hashes)),
+            f"SELECT group_concat(hex(h) || hex(r)) FROM k_{int(table_id)} WHERE h IN ({_SPLIT})",
+            (b"".join(keys), len(keys)),
         ).fetchone()
-        return {bytes.fromhex(x) for x in res.split(",")} if res else set()
+        if not res:
+            return {}
+        return {bytes.fromhex(x[:32]): bytes.fromhex(x[32:]) for x in res.split(",")}
 
     # -- writes (committer, under the index lock) -------------------------------------------------
     def begin(self) -> None:
@@ -120,17 +124,9 @@ class RowIndex:
             self.writer.execute("BEGIN")
             self._in_tx = True
 
-    def apply(
-        self,
-        table_id: int,
-        inserted: Sequence[bytes],
-        deleted: Sequence[bytes],
-        key_adds: Sequence[bytes] = (),
-        key_dels: Sequence[bytes] = (),
-    ) -> None:
-        """Inside the open transaction: +1 copy per inserted row digest, -1 per deleted one
-        (duplicates allowed; row counts are additive, so order does not matter), then add and
-        remove primary-key digests (callers pass net changes)."""
+    def apply(self, table_id: int, inserted: Sequence[bytes], deleted: Sequence[bytes]) -> None:
+        """Bag table, inside the open transaction: +1 copy per inserted row digest, -1 per
+        deleted one (duplicates allowed; counts are additive, so order does not matter)."""
         tid = int(table_id)
         w = self.writer
         upsert = (
@@ -143,12 +139,21 @@ class RowIndex:
             blob = b"".join(deleted)
             w.execute(upsert, (blob, len(deleted), -1))
             w.execute(f"DELETE FROM r_{tid} WHERE n <= 0 AND h IN ({_SPLIT})", (blob, len(deleted)))
-        if key_dels:
-            w.execute(f"DELETE FROM k_{tid} WHERE h IN ({_SPLIT})", (b"".join(key_dels), len(key_dels)))
-        if key_adds:
+
+    def apply_keys(
+        self, table_id: int, put: Sequence[tuple[bytes, bytes]], removed: Sequence[bytes]
+    ) -> None:
+        """PRIMARY KEY table, inside the open transaction: net effect of a run of writes,
+        ``put`` = (key digest, row digest) now present, ``removed`` = key digests now absent."""
+        tid = int(table_id)
+        w = self.writer
+        if removed:
+            w.execute(f"DELETE FROM k_{tid} WHERE h IN ({_SPLIT})", (b"".join(removed), len(removed)))
+        if put:
             w.execute(
-                f"INSERT OR REPLACE INTO k_{tid}(h) SELECT substr(?1, i * 16 + 1, 16) FROM ({_SEQ})",
-                (b"".join(key_adds), len(key_adds)),
+                f"INSERT OR REPLACE INTO k_{tid}(h, r) "
+                f"SELECT substr(?1, i * 16 + 1, 16), substr(?3, i * 16 + 1, 16) FROM ({_SEQ})",
+                (b"".join(k for k, _ in put), len(put), b"".join(r for _, r in put)),
             )
 
     def commit(self, lsn: int) -> None:

@@ -338,7 +338,7 @@ class Storage:
             if entry.id not in self._live:
                 raise NotFound(f"table '{schema.name}' was dropped")
             if del_h:
-                self._check_deletes(entry, del_rows, del_h)
+                self._check_deletes(entry, del_rows, del_h, del_k)
             if pk:
                 self._check_keys(entry, ins_rows, ins_k, del_k)
             lsn = self._next_lsn
@@ -360,11 +360,18 @@ class Storage:
                 ov.counts(hashes, keys, out)
         return out
 
-    def _check_deletes(self, entry: TableEntry, rows: list[tuple], hashes: list[bytes]) -> None:
+    def _check_deletes(
+        self, entry: TableEntry, rows: list[tuple], hashes: list[bytes], keys: list[bytes]
+    ) -> None:
         assert self._index is not None
         need = Counter(hashes)
         uniq = list(need)
-        have = self._index.counts(entry.id, uniq)
+        if entry.schema.primary_key:
+            # A keyed table holds a row iff its key maps to exactly this row's digest.
+            committed = self._index.key_rows(entry.id, list(set(keys)))
+            have = {h: 1 for h, k in zip(hashes, keys) if committed.get(k) == h}
+        else:
+            have = self._index.counts(entry.id, uniq)
         pending = self._overlay_counts(entry.id, uniq, keys=False)
         for h, k in need.items():
             n = have.get(h, 0) + pending.get(h, 0)
@@ -393,7 +400,7 @@ class Storage:
             seen[h] = i
         if not ins_k:
             return
-        present = self._index.keys_present(entry.id, ins_k)
+        present = self._index.key_rows(entry.id, ins_k)
         pending = self._overlay_counts(entry.id, ins_k, keys=True)
         removed = set(del_k)
         for i, h in enumerate(ins_k):
