@@ -28,7 +28,6 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))  # ServerProcess lives with the test helpers
 
 from helpers import ServerProcess  # noqa: E402
-
 from partialflow.client import Client  # noqa: E402
 
 
@@ -85,7 +84,9 @@ def bench_writes(address: str, seconds: float) -> list[dict]:
     for batch in (1, 1000):
         for threads in (1, 4, 16):
             base += 10_000_000_000
-            calls, rows, elapsed = run_threads(address, threads, seconds, writer("bench_w", batch, base))
+            calls, rows, elapsed = run_threads(
+                address, threads, seconds, writer("bench_w", batch, base)
+            )
             row = {
                 "batch": batch,
                 "threads": threads,
@@ -116,7 +117,9 @@ def bench_scan(address: str, total_rows: int) -> dict:
         b = seq * 4 + n
         if b >= batches:
             return 0
-        client.insert("bench_scan", [(b * 1000 + i, f"name{i % 97}", float(i)) for i in range(1000)])
+        client.insert(
+            "bench_scan", [(b * 1000 + i, f"name{i % 97}", float(i)) for i in range(1000)]
+        )
         return 1000
 
     # Load with 4 threads until every batch is in (each thread takes every 4th batch).

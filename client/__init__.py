@@ -1,9 +1,9 @@
 """The partialflow Python client library (no Spark needed on the client side).
 
-    from partialflow.client import Client
-    with Client("127.0.0.1:50051") as db:
-        lsn = db.insert("visit", [("Apple", "Alice", 10)])
-        print(db.lookup("max_visit", "Fruit", min_lsn=lsn).rows)
+from partialflow.client import Client
+with Client("127.0.0.1:50051") as db:
+    lsn = db.insert("visit", [("Apple", "Alice", 10)])
+    print(db.lookup("max_visit", "Fruit", min_lsn=lsn).rows)
 """
 
 from __future__ import annotations

@@ -55,7 +55,11 @@ def format_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     for row in cells:
         widths = [max(w, len(c)) for w, c in zip(widths, row)]
     numeric = [
-        all(isinstance(r[i], (int, float)) and not isinstance(r[i], bool) for r in rows if r[i] is not None)
+        all(
+            isinstance(r[i], (int, float)) and not isinstance(r[i], bool)
+            for r in rows
+            if r[i] is not None
+        )
         for i in range(len(columns))
     ]
 
@@ -119,7 +123,9 @@ def _explain(client: Any, args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The command-line grammar (exposed for tests and docs)."""
-    parser = argparse.ArgumentParser(prog="partialflow", description="partialflow server and client")
+    parser = argparse.ArgumentParser(
+        prog="partialflow", description="partialflow server and client"
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     serve = commands.add_parser("serve", help="run a server")
@@ -146,7 +152,9 @@ def build_parser() -> argparse.ArgumentParser:
     lookup = commands.add_parser("lookup", parents=[remote], help="read a view by key")
     lookup.add_argument("view")
     lookup.add_argument("key", nargs="*", help="parameter values (JSON scalars or text)")
-    lookup.add_argument("--min-lsn", type=int, default=None, help="wait until the view has this LSN")
+    lookup.add_argument(
+        "--min-lsn", type=int, default=None, help="wait until the view has this LSN"
+    )
     lookup.set_defaults(run=_lookup, remote=True)
 
     stats = commands.add_parser("stats", parents=[remote], help="print server statistics (JSON)")

@@ -17,7 +17,6 @@ from typing import Any
 
 import grpc
 from google.protobuf import json_format
-
 from partialflow.client.errors import InvalidArgument, error_from_rpc
 from partialflow.proto import partialflow_pb2 as pb
 from partialflow.proto import partialflow_pb2_grpc as pb_grpc
@@ -202,10 +201,7 @@ class Client:
         given = [k if isinstance(k, Hashable) else tuple(k) for k in keys]
         response = self._lookup(view, [_key_tuple(k) for k in given], min_lsn)
         columns = list(response.columns)
-        return {
-            k: Result(_rows_of(r), columns, r.lsn)
-            for k, r in zip(given, response.results)
-        }
+        return {k: Result(_rows_of(r), columns, r.lsn) for k, r in zip(given, response.results)}
 
     def query(self, sql: str, *, as_of: int | None = None) -> Result:
         """Run a SELECT over the base tables on Spark, at the latest LSN or at ``as_of``."""

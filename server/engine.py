@@ -18,7 +18,6 @@ from typing import Any
 import sqlglot
 import sqlglot.errors
 import sqlglot.expressions as exp
-
 from partialflow.server.config import Config
 from partialflow.server.errors import AlreadyExists, InvalidArgument, NotFound, Unavailable
 from partialflow.server.storage import Column, Storage, TableSchema, normalize_type
@@ -118,7 +117,9 @@ def table_schema(create: exp.Create) -> TableSchema:
     """The storage schema described by a ``CREATE TABLE`` statement."""
     schema = create.this
     if not isinstance(schema, exp.Schema) or create.args.get("expression") is not None:
-        raise InvalidArgument("CREATE TABLE needs a column list (CREATE TABLE ... AS is not supported)")
+        raise InvalidArgument(
+            "CREATE TABLE needs a column list (CREATE TABLE ... AS is not supported)"
+        )
     name = _simple_name(schema.this, "CREATE TABLE")
     columns: list[Column] = []
     key: list[str] = []
@@ -308,7 +309,10 @@ class Engine:
     # -- writes -----------------------------------------------------------------------
 
     def write(
-        self, table: str, inserts: Sequence[Sequence[Any]] = (), deletes: Sequence[Sequence[Any]] = ()
+        self,
+        table: str,
+        inserts: Sequence[Sequence[Any]] = (),
+        deletes: Sequence[Sequence[Any]] = (),
     ) -> int:
         """One atomic, durable write; returns its LSN."""
         return self.storage.write(table, inserts=inserts, deletes=deletes)
@@ -373,7 +377,8 @@ class Engine:
         return self.storage.compact(table)
 
     def stats(self) -> dict:
-        """Dataflow statistics (per view under ``views``) plus ``lsn``, ``memory_limit``, ``storage``."""
+        """Dataflow statistics (per view under ``views``) plus ``lsn``, ``memory_limit`` and
+        ``storage``."""
         result: dict[str, Any] = {"views": {}}
         if self.dataflow is not None:
             result.update(self.dataflow.stats())

@@ -16,7 +16,6 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-
 from partialflow.proto import partialflow_pb2_grpc as pb_grpc
 from partialflow.server.config import Config
 from partialflow.server.engine import Engine
@@ -120,7 +119,9 @@ def serve(config: Config) -> int:
     Prints ``listening on HOST:PORT`` (flushed) once it accepts calls and is SERVING.
     """
     logging.basicConfig(
-        level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        level=logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     stop = threading.Event()
 

@@ -13,7 +13,6 @@ from typing import Any
 
 import grpc
 from google.protobuf import struct_pb2
-
 from partialflow.proto import partialflow_pb2 as pb
 from partialflow.proto import partialflow_pb2_grpc as pb_grpc
 from partialflow.proto.values import add_rows, decode_batch, decode_rows, decode_values, fill_batch
@@ -118,7 +117,7 @@ class PartialflowServicer(pb_grpc.PartialflowServicer):
             timeout=context.time_remaining(),
         )
         response = pb.LookupResponse(columns=columns)
-        for key, (rows, lsn) in zip(request.keys, results):
+        for key, (rows, lsn) in zip(request.keys, results, strict=True):
             found = response.results.add()
             found.key.CopyFrom(key)
             put_rows(found, rows, request.columnar)

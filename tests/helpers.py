@@ -23,7 +23,6 @@ from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-
 from partialflow.client import Client
 
 START_TIMEOUT = 180.0
@@ -73,7 +72,9 @@ class ServerProcess:
         self.host = host
         self.port = port
         self.args = args
-        self.log_path = Path(log_path) if log_path else self.data_dir.with_name(self.data_dir.name + ".log")
+        self.log_path = (
+            Path(log_path) if log_path else self.data_dir.with_name(self.data_dir.name + ".log")
+        )
         self.proc: subprocess.Popen | None = None
         self.address: str | None = None
         self._stdout: list[str] = []
@@ -84,8 +85,16 @@ class ServerProcess:
         """Start the server and wait until it prints its address and reports SERVING."""
         assert self.proc is None or self.proc.poll() is not None, "already running"
         cmd = [
-            sys.executable, "-m", "partialflow.client.cli", "serve",
-            "--data", str(self.data_dir), "--host", self.host, "--port", str(self.port),
+            sys.executable,
+            "-m",
+            "partialflow.client.cli",
+            "serve",
+            "--data",
+            str(self.data_dir),
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
             *self.args,
         ]
         env = dict(os.environ, PYTHONUNBUFFERED="1")
@@ -105,7 +114,9 @@ class ServerProcess:
                 line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
                 self.kill()
-                raise TimeoutError(f"server did not start in {timeout}s:\n{self.log_tail()}") from None
+                raise TimeoutError(
+                    f"server did not start in {timeout}s:\n{self.log_tail()}"
+                ) from None
             if line is None:
                 raise RuntimeError(f"server exited with {self.proc.wait()}:\n{self.log_tail()}")
             if line.startswith("listening on "):
@@ -140,7 +151,9 @@ class ServerProcess:
             code = self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.kill()
-            raise TimeoutError(f"server ignored SIGTERM for {timeout}s:\n{self.log_tail()}") from None
+            raise TimeoutError(
+                f"server ignored SIGTERM for {timeout}s:\n{self.log_tail()}"
+            ) from None
         self._reap_group()
         return code
 

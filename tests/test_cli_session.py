@@ -12,7 +12,15 @@ import pytest
 def _cli(server, *args: str) -> subprocess.CompletedProcess:
     command, rest = args[0], args[1:]
     return subprocess.run(
-        [sys.executable, "-m", "partialflow.client.cli", command, "--server", server.address, *rest],
+        [
+            sys.executable,
+            "-m",
+            "partialflow.client.cli",
+            command,
+            "--server",
+            server.address,
+            *rest,
+        ],
         capture_output=True,
         text=True,
         timeout=120,
@@ -20,10 +28,14 @@ def _cli(server, *args: str) -> subprocess.CompletedProcess:
 
 
 def test_sql_session_prints_tables_and_lsns(server):
-    done = _cli(server, "sql", "CREATE TABLE cli_fruit (name TEXT PRIMARY KEY, kind TEXT, price DOUBLE)")
+    done = _cli(
+        server, "sql", "CREATE TABLE cli_fruit (name TEXT PRIMARY KEY, kind TEXT, price DOUBLE)"
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("OK (lsn ")
-    done = _cli(server, "sql", "INSERT INTO cli_fruit VALUES ('Apple', 'Fruit', 1.5), ('Kiwi', NULL, 20)")
+    done = _cli(
+        server, "sql", "INSERT INTO cli_fruit VALUES ('Apple', 'Fruit', 1.5), ('Kiwi', NULL, 20)"
+    )
     assert done.returncode == 0, done.stderr
     lsn = int(done.stdout.strip().removeprefix("OK (lsn ").rstrip(")"))
 
@@ -71,10 +83,18 @@ def test_lookup_and_explain_of_an_unknown_view_fail_cleanly(server):
 
 
 def test_lookup_and_explain_a_view(server):
-    assert _cli(server, "sql", "CREATE TABLE cli_visit (product TEXT, length BIGINT)").returncode == 0
-    assert _cli(server, "sql", "INSERT INTO cli_visit VALUES ('Apple', 10), ('Apple', 30), ('42', 5)").returncode == 0
+    assert (
+        _cli(server, "sql", "CREATE TABLE cli_visit (product TEXT, length BIGINT)").returncode == 0
+    )
+    assert (
+        _cli(
+            server, "sql", "INSERT INTO cli_visit VALUES ('Apple', 10), ('Apple', 30), ('42', 5)"
+        ).returncode
+        == 0
+    )
     done = _cli(
-        server, "sql",
+        server,
+        "sql",
         "CREATE VIEW cli_longest AS SELECT product, MAX(length) AS longest FROM cli_visit "
         "WHERE product = ? GROUP BY product",
     )

@@ -6,7 +6,6 @@ import subprocess
 import sys
 
 import pytest
-
 from partialflow.client.cli import build_parser, format_table, parse_key_value
 from partialflow.server.config import Config, parse_size
 
@@ -44,8 +43,16 @@ def test_config_checks_its_fields():
 
 @pytest.mark.parametrize(
     "text, value",
-    [("Fruit", "Fruit"), ("42", 42), ("1.5", 1.5), ("true", True), ("null", None),
-     ('"42"', "42"), ("[1]", "[1]"), ("", "")],
+    [
+        ("Fruit", "Fruit"),
+        ("42", 42),
+        ("1.5", 1.5),
+        ("true", True),
+        ("null", None),
+        ('"42"', "42"),
+        ("[1]", "[1]"),
+        ("", ""),
+    ],
 )
 def test_key_values_are_json_scalars_or_text(text, value):
     assert parse_key_value(text) == value
@@ -65,15 +72,33 @@ def test_table_is_aligned_with_numbers_right():
 
 def test_serve_parses_its_options():
     args = build_parser().parse_args(
-        ["serve", "--data", "d", "--port", "0", "--memory-limit", "64MB", "--spark-master", "local[1]"]
+        [
+            "serve",
+            "--data",
+            "d",
+            "--port",
+            "0",
+            "--memory-limit",
+            "64MB",
+            "--spark-master",
+            "local[1]",
+        ]
     )
-    assert (args.data, args.port, args.memory_limit, args.spark_master) == ("d", 0, 64 * 1024**2, "local[1]")
+    assert (args.data, args.port, args.memory_limit, args.spark_master) == (
+        "d",
+        0,
+        64 * 1024**2,
+        "local[1]",
+    )
     assert args.host == "127.0.0.1"
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "partialflow.client.cli", *args], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "partialflow.client.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
@@ -92,4 +117,7 @@ def test_unreachable_server_is_one_line_and_exit_1():
 
 def test_client_commands_do_not_import_pyspark():
     code = "import sys, partialflow.client.cli, partialflow.client; print('pyspark' in sys.modules)"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
+    assert (
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip()
+        == "False"
+    )

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 from helpers import InProcessServer
-
 from partialflow.client import FailedPrecondition, InvalidArgument, PartialflowError
 
 
@@ -77,20 +76,33 @@ def test_values_of_every_type_round_trip(server):
         rows = [
             (1, -5, 1.25, 2.5, -0.5, "ünï", "", "x" * 1000, True),
             (2, None, None, None, None, None, None, None, None),
-            (3, 2**62, 1e300, 0.0, 3.0, "a'b", "quote\"", "tab\t", False),
+            (3, 2**62, 1e300, 0.0, 3.0, "a'b", 'quote"', "tab\t", False),
         ]
         c.insert("typed", rows)
         got = c.query("SELECT * FROM typed ORDER BY i")
         assert got.columns == ["i", "n", "d", "f", "r", "t", "v", "s", "b"]
         assert got.rows == rows
-        assert [type(v) for v in got.rows[0]] == [int, int, float, float, float, str, str, str, bool]
+        assert [type(v) for v in got.rows[0]] == [
+            int,
+            int,
+            float,
+            float,
+            float,
+            str,
+            str,
+            str,
+            bool,
+        ]
 
 
 def test_execute_create_forms_insert_and_drop(server):
     with server.client() as c:
         c.execute("CREATE TABLE pk2 (a BIGINT, b TEXT, c DOUBLE, PRIMARY KEY (a, b))")
         lsn = c.execute("INSERT INTO pk2 (b, a) VALUES ('x', 1), ('y', -2)").lsn
-        assert c.query("SELECT a, b, c FROM pk2 ORDER BY a").rows == [(-2, "y", None), (1, "x", None)]
+        assert c.query("SELECT a, b, c FROM pk2 ORDER BY a").rows == [
+            (-2, "y", None),
+            (1, "x", None),
+        ]
         assert c.query("SELECT a FROM pk2").lsn >= lsn
         c.insert("pk2", [(1, "other", 0.0)])  # same a, different b: a different key
         with pytest.raises(PartialflowError):

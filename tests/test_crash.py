@@ -9,7 +9,6 @@ import time
 
 import pytest
 from helpers import ServerProcess, health_status
-
 from partialflow.client import AlreadyExists, Client, InvalidArgument, PartialflowError
 
 pytestmark = pytest.mark.slow
@@ -44,7 +43,11 @@ class Writer(threading.Thread):
                 else:
                     size = 1 + seq % 5
                     rows = [
-                        (self.number * 1_000_000 + seq * 10 + i, self.number, f"w{self.number}-{seq}-{i}")
+                        (
+                            self.number * 1_000_000 + seq * 10 + i,
+                            self.number,
+                            f"w{self.number}-{seq}-{i}",
+                        )
                         for i in range(size)
                     ]
                     acked, pending, call = self.acked_inserts, self.unacked_inserts, client.insert
@@ -99,7 +102,10 @@ def test_sigkill_during_writes_then_sigterm_and_restart(tmp_path):
     try:
         with server.client(timeout=120) as c:
             c.execute("CREATE TABLE events (id BIGINT, writer INT, note TEXT)")
-            c.execute("CREATE TABLE people (name VARCHAR PRIMARY KEY, age BIGINT, score DOUBLE, ok BOOLEAN)")
+            c.execute(
+                "CREATE TABLE people "
+                "(name VARCHAR PRIMARY KEY, age BIGINT, score DOUBLE, ok BOOLEAN)"
+            )
             c.insert("people", [("ann", 30, 1.5, True)])
         stop = threading.Event()
         writers = [Writer(server.address, n, stop) for n in range(THREADS)]

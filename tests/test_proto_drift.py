@@ -37,7 +37,7 @@ def test_values_round_trip():
     from partialflow.proto import partialflow_pb2 as pb
     from partialflow.proto.values import add_rows, decode_rows
 
-    rows = [(1, -2**63, 2**63 - 1), ("x", "", "ünï"), (1.5, True, None), (False, 0, 0.0)]
+    rows = [(1, -(2**63), 2**63 - 1), ("x", "", "ünï"), (1.5, True, None), (False, 0, 0.0)]
     request = pb.WriteRequest(table="t")
     add_rows(request.inserts, rows)
     again = pb.WriteRequest.FromString(request.SerializeToString())

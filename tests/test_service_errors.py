@@ -9,7 +9,6 @@ import os
 import pytest
 from grpc_health.v1 import health_pb2
 from helpers import health_status
-
 from partialflow.client import AlreadyExists, InvalidArgument, NotFound, PartialflowError
 
 _ids = itertools.count(1000)
@@ -18,7 +17,9 @@ _ids = itertools.count(1000)
 @pytest.fixture(scope="module")
 def db(server):
     with server.client(timeout=60) as client:
-        client.execute("CREATE TABLE err_people (id BIGINT PRIMARY KEY, name TEXT, score DOUBLE, ok BOOLEAN)")
+        client.execute(
+            "CREATE TABLE err_people (id BIGINT PRIMARY KEY, name TEXT, score DOUBLE, ok BOOLEAN)"
+        )
         client.execute("CREATE TABLE err_bag (x BIGINT, y TEXT)")
         client.insert("err_people", [(1, "ann", 1.0, True), (2, "bob", 2.0, False)])
         client.insert("err_bag", [(1, "a"), (1, "a"), (2, "b")])
@@ -51,8 +52,14 @@ def test_unknown_table_is_not_found(db):
 
 @pytest.mark.parametrize(
     "bad_row",
-    [(3, "cy", 3.0), (3, "cy", 3.0, True, "extra"), (3, "cy", "three", True), ("3", "cy", 3.0, True),
-     (3, 4, 3.0, True), (3, "cy", 3.0, "yes")],
+    [
+        (3, "cy", 3.0),
+        (3, "cy", 3.0, True, "extra"),
+        (3, "cy", "three", True),
+        ("3", "cy", 3.0, True),
+        (3, 4, 3.0, True),
+        (3, "cy", 3.0, "yes"),
+    ],
     ids=["too-few", "too-many", "text-in-double", "text-in-bigint", "int-in-text", "text-in-bool"],
 )
 def test_a_bad_row_refuses_the_whole_batch(db, bad_row):

@@ -33,7 +33,9 @@ def test_health_of_an_unknown_service_is_not_found(channel):
 
 def _reflect(channel, **request):
     stub = reflection_pb2_grpc.ServerReflectionStub(channel)
-    replies = stub.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(**request)]), timeout=5)
+    replies = stub.ServerReflectionInfo(
+        iter([reflection_pb2.ServerReflectionRequest(**request)]), timeout=5
+    )
     return next(iter(replies))
 
 
@@ -51,4 +53,15 @@ def test_reflection_describes_our_service(channel):
     ]
     ours = next(f for f in files if f.package == "partialflow.v1")
     methods = {m.name for s in ours.service for m in s.method}
-    assert {"Execute", "Write", "Lookup", "Query", "Evict", "Stats", "Explain", "Flush", "Compact", "Ping"} <= methods
+    assert {
+        "Execute",
+        "Write",
+        "Lookup",
+        "Query",
+        "Evict",
+        "Stats",
+        "Explain",
+        "Flush",
+        "Compact",
+        "Ping",
+    } <= methods

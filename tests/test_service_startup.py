@@ -15,9 +15,19 @@ def test_a_taken_port_fails_fast_with_one_line(tmp_path):
         port = taken.getsockname()[1]
         began = time.monotonic()
         done = subprocess.run(
-            [sys.executable, "-m", "partialflow.client.cli", "serve", "--data", str(tmp_path / "data"),
-             "--port", str(port)],
-            capture_output=True, text=True, timeout=120,
+            [
+                sys.executable,
+                "-m",
+                "partialflow.client.cli",
+                "serve",
+                "--data",
+                str(tmp_path / "data"),
+                "--port",
+                str(port),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
     assert done.returncode == 1
     assert f"error: cannot listen on 127.0.0.1:{port}" in done.stderr

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import grpc
 import pytest
-
 from partialflow.client import (
     AlreadyExists,
     Client,
