@@ -22,7 +22,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from partialflow.server.storage import maintenance
-from partialflow.server.storage.record import Overlay, Pending, net_keys
+from partialflow.server.storage.record import Pending, net_keys
 from partialflow.server.storage.segments import MemEntry
 from partialflow.server.storage.wal import encode_frame
 
@@ -44,9 +44,6 @@ def committer_loop(st: Storage) -> None:
             if not st._pending:
                 return
             group, st._pending = st._pending, []
-            # The overlay generation being filled belongs to exactly this group's records.
-            gen = st._overlays[-1]
-            st._overlays.append({})
             subscribers = st._subscribers
         parts: list[Any] = []
         for p in group:
@@ -79,7 +76,7 @@ def committer_loop(st: Storage) -> None:
                     log.exception("storage subscriber %r failed on LSN %d", fn, p.lsn)
         with st._lock:
             st._acked_lsn = last
-            st._index_queue.append((group, gen, last, rows))
+            st._index_queue.append((group, last, rows))
             st._index_backlog += rows
             st._ack_cv.notify_all()
             st._index_cv.notify()
@@ -107,13 +104,12 @@ def indexer_loop(st: Storage) -> None:
             ):
                 st._index_cv.wait(timeout=left)
             batch, st._index_queue = st._index_queue, []
-        last = batch[-1][2]
-        rows = sum(b[3] for b in batch)
-        gens: list[dict[int, Overlay]] = [b[1] for b in batch]
+        last = batch[-1][1]
+        rows = sum(b[2] for b in batch)
         with st._lock:
             keyed = {e.id for e in st._catalog.tables.values() if e.schema.primary_key}
         by_table: dict[int, list[Pending]] = {}
-        for group, _, _, _ in batch:
+        for group, _, _ in batch:
             for p in group:
                 by_table.setdefault(p.table_id, []).append(p)
         try:
@@ -122,19 +118,24 @@ def indexer_loop(st: Storage) -> None:
                 for tid, ps in by_table.items():
                     if tid not in st._live:
                         continue  # dropped meanwhile; its index tables are gone
-                    # Sorted digests visit the B-tree's pages in order (better cache locality).
+                    # (No sorting here: it would hold the GIL for tens of milliseconds and
+                    # delay the committer, for little gain in sqlite at large table sizes.)
                     if tid in keyed:
                         put, removed = net_keys(ps)
-                        index.apply_keys(tid, sorted(put), removed)
+                        index.apply_keys(tid, put, removed)
                     else:
-                        ins = sorted(h for p in ps for h in p.ins_h)
-                        index.apply(tid, ins, [h for p in ps for h in p.del_h])
+                        index.apply(tid, [h for p in ps for h in p.ins_h],
+                                    [h for p in ps for h in p.del_h])
                 with st._lock:
                     # Commit and retire the overlay atomically w.r.t. writers' checks, so a
                     # write is never counted twice (index + overlay) or not at all.
                     index.commit(last)
-                    for gen in gens:
-                        st._overlays.remove(gen)
+                    for tid in by_table:
+                        ov = st._overlays.get(tid)
+                        if ov is not None:
+                            ov.retire(last)
+                            if not len(ov):
+                                del st._overlays[tid]
                     st._index_lsn = last
                     st._index_backlog -= rows
                     st._ack_cv.notify_all()  # writers held back by the backlog limit

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any, Sequence
 
 import pyarrow as pa
@@ -73,44 +74,65 @@ def net_keys(group: Sequence[Pending]) -> tuple[list[tuple[bytes, bytes]], list[
 
 
 class Overlay:
-    """Row-count and key deltas of accepted writes of one table not yet in the row index.
+    """Row-count and key deltas of one table's accepted writes not yet in the row index.
 
-    The writers' digest lists are kept as they are and merged lazily, only when a delete or a
-    primary-key check needs a count: an insert-only bag table never pays for merging.
+    Writes are appended in LSN order and retired (by the indexer) in LSN order once the index
+    has them. Counts are merged lazily, only when a delete or primary-key check needs them, so
+    an insert-only bag table never pays for merging; retiring an already merged write
+    subtracts it again.
     """
 
-    __slots__ = ("_entries", "_rows", "_keys", "_nrows", "_nkeys")
+    __slots__ = ("_entries", "_rows", "_keys", "_merged")
 
     def __init__(self) -> None:
-        self._entries: list[Pending] = []
+        self._entries: deque[Pending] = deque()
         self._rows: Counter[bytes] = Counter()
         self._keys: Counter[bytes] = Counter()
-        self._nrows = 0
-        self._nkeys = 0
+        self._merged = 0  # how many entries (from the left) are included in the counters
 
     def add(self, p: Pending) -> None:
         self._entries.append(p)
 
     def counts(self, hashes: Sequence[bytes], keys: bool, out: dict[bytes, int]) -> None:
-        """Add this overlay's net delta for each of ``hashes`` into ``out``."""
-        if keys:
-            merged, done = self._keys, self._nkeys
-            for p in self._entries[done:]:
-                merged.update(p.ins_k)
-                merged.subtract(p.del_k)
-            self._nkeys = len(self._entries)
-        else:
-            merged, done = self._rows, self._nrows
-            for p in self._entries[done:]:
-                merged.update(p.ins_h)
-                merged.subtract(p.del_h)
-            self._nrows = len(self._entries)
+        """Add the pending net delta of each of ``hashes`` (rows, or keys) into ``out``."""
+        if self._merged < len(self._entries):
+            for p in islice(self._entries, self._merged, None):
+                self._rows.update(p.ins_h)
+                self._rows.subtract(p.del_h)
+                if p.ins_k or p.del_k:
+                    self._keys.update(p.ins_k)
+                    self._keys.subtract(p.del_k)
+            self._merged = len(self._entries)
+        merged = self._keys if keys else self._rows
         if not merged:
             return
+        get = merged.get
         for h in hashes:
-            v = merged.get(h)
+            v = get(h)
             if v:
                 out[h] = out.get(h, 0) + v
+
+    def retire(self, upto_lsn: int) -> None:
+        """Forget writes with LSN <= ``upto_lsn`` (they are in the committed index now)."""
+        entries = self._entries
+        while entries and entries[0].lsn <= upto_lsn:
+            p = entries.popleft()
+            if self._merged:
+                self._merged -= 1
+                self._rows.subtract(p.ins_h)
+                self._rows.update(p.del_h)
+                if p.ins_k or p.del_k:
+                    self._keys.subtract(p.ins_k)
+                    self._keys.update(p.del_k)
+        if not self._merged:
+            # Nothing merged is left: drop the zero entries retiring leaves behind.
+            self._rows.clear()
+            self._keys.clear()
+        elif len(self._rows) > 4 * sum(len(p.ins_h) + len(p.del_h) for p in entries) + 4096:
+            self._rows, self._keys, self._merged = Counter(), Counter(), 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
 
 def fmt_key(schema: TableSchema, row: Sequence[Any]) -> str:

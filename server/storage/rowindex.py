@@ -12,15 +12,16 @@ fsync. Writes accepted but not yet applied live in an in-memory overlay kept by 
 checks add the two. Because the WAL is the source of truth, sqlite runs with synchronous=OFF;
 before WAL files are deleted, ``make_durable`` checkpoints and fsyncs the database file.
 
-Two connections: ``reader`` is used by writers (under the storage lock) and sees only
-committed data; ``writer`` is used by the committer (under the index lock) for the open
-transaction of a group. WAL journal mode lets the reader proceed while the writer applies.
+Connections: ``writer`` is used by the indexer thread (under the DDL lock) for the open
+transaction of a batch of groups; each writer thread has its own ``reader``, which sees only
+committed data. WAL journal mode lets readers proceed while the writer applies.
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
+import threading
 from hashlib import blake2b
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -61,8 +62,21 @@ class RowIndex:
         self.writer = _connect(path)
         self.writer.execute("CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v INTEGER)")
         self.writer.execute("INSERT OR IGNORE INTO meta VALUES ('lsn', 0)")
-        self.reader = _connect(path)
+        self._local = threading.local()
+        self._readers: list[sqlite3.Connection] = []
+        self._readers_lock = threading.Lock()
         self._in_tx = False
+
+    @property
+    def reader(self) -> sqlite3.Connection:
+        """This thread's read connection (a connection must not be shared between threads
+        that query at the same time, and writers read concurrently, outside the lock)."""
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._local.conn = _connect(self.path)
+            with self._readers_lock:
+                self._readers.append(conn)
+        return conn
 
     # -- schema -------------------------------------------------------------------------------
     def table_ids(self) -> set[int]:
@@ -183,5 +197,8 @@ class RowIndex:
         try:
             self.make_durable()
         finally:
-            self.reader.close()
+            with self._readers_lock:
+                for conn in self._readers:
+                    conn.close()
+                self._readers.clear()
             self.writer.close()

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sqlite3
 import threading
 import time
 from bisect import bisect_right
@@ -100,14 +101,14 @@ class Storage:
         self._acked_lsn = 0  # writers up to here have been woken
         self._index_lsn = 0
         self._pending: list[Pending] = []
-        self._overlays: list[dict[int, Overlay]] = [{}]  # last = generation being filled
+        self._overlays: dict[int, Overlay] = {}  # per table id: accepted, not yet indexed
         self._mem: dict[int, list[MemEntry]] = {}
         self._mem_rows = 0
         self._subscribers: list[Callable[[WriteRecord], None]] = []
         self._pins: Counter[int] = Counter()
         self._file_refs: Counter[str] = Counter()
         self._obsolete: set[str] = set()
-        self._index_queue: list[tuple[list[Pending], dict[int, Overlay], int, int]] = []
+        self._index_queue: list[tuple[list[Pending], int, int]] = []  # (group, last LSN, rows)
         self._index_backlog = 0  # rows durable but not yet in the row index
         self._threads: dict[str, threading.Thread] = {}
         self._stop_bg = False
@@ -330,6 +331,13 @@ class Storage:
         body = batch.serialize()
         rows = tuple(del_rows) + tuple(ins_rows)
         diffs = (-1,) * len(del_rows) + (1,) * len(ins_rows)
+        # Read the committed index state the checks need *before* taking the lock, so writers
+        # query sqlite in parallel; if the indexer commits meanwhile, read again under the lock
+        # (the overlay only covers writes the index had not seen at the time of the read).
+        needs_index = bool(del_h) or bool(ins_k)
+        if needs_index:
+            seen_lsn = self._index_lsn
+            committed = self._read_index(entry, del_h, del_k, ins_k)
         with self._lock:
             # Backpressure: bound the rows accepted but not yet indexed (the overlay's size).
             while self._index_backlog > self.max_index_backlog and self._state == "open":
@@ -337,15 +345,20 @@ class Storage:
             self._check_open()
             if entry.id not in self._live:
                 raise NotFound(f"table '{schema.name}' was dropped")
+            if needs_index and self._index_lsn != seen_lsn:
+                committed = self._read_index(entry, del_h, del_k, ins_k)
             if del_h:
-                self._check_deletes(entry, del_rows, del_h, del_k)
-            if pk:
-                self._check_keys(entry, ins_rows, ins_k, del_k)
+                self._check_deletes(entry, del_rows, del_h, del_k, committed)
+            if ins_k:
+                self._check_keys(entry, ins_rows, ins_k, del_k, committed)
             lsn = self._next_lsn
             self._next_lsn += 1
             record = WriteRecord(lsn, schema.name, rows, diffs)
             p = Pending(lsn, entry.id, len(del_rows), body, batch, record, ins_h, del_h, ins_k, del_k)
-            self._overlays[-1].setdefault(entry.id, Overlay()).add(p)
+            ov = self._overlays.get(entry.id)
+            if ov is None:
+                ov = self._overlays[entry.id] = Overlay()
+            ov.add(p)
             self._pending.append(p)
             self._work_cv.notify()
             while self._acked_lsn < lsn:
@@ -354,24 +367,38 @@ class Storage:
 
     def _overlay_counts(self, tid: int, hashes: Sequence[bytes], keys: bool) -> dict[bytes, int]:
         out: dict[bytes, int] = {}
-        for gen in self._overlays:
-            ov = gen.get(tid)
-            if ov is not None:
-                ov.counts(hashes, keys, out)
+        ov = self._overlays.get(tid)
+        if ov is not None:
+            ov.counts(hashes, keys, out)
         return out
 
-    def _check_deletes(
-        self, entry: TableEntry, rows: list[tuple], hashes: list[bytes], keys: list[bytes]
-    ) -> None:
+    def _read_index(
+        self, entry: TableEntry, del_h: list[bytes], del_k: list[bytes], ins_k: list[bytes]
+    ) -> dict[bytes, Any]:
+        """Committed index entries the checks need: row digest -> copies for a bag table,
+        key digest -> row digest for a keyed table."""
         assert self._index is not None
+        try:
+            if entry.schema.primary_key:
+                return self._index.key_rows(entry.id, list(set(del_k).union(ins_k)))
+            return self._index.counts(entry.id, list(set(del_h)))
+        except sqlite3.OperationalError:
+            with self._lock:
+                if entry.id not in self._live:  # dropped while we read
+                    raise NotFound(f"table '{entry.schema.name}' was dropped") from None
+            raise
+
+    def _check_deletes(
+        self, entry: TableEntry, rows: list[tuple], hashes: list[bytes], keys: list[bytes],
+        committed: dict[bytes, Any],
+    ) -> None:
         need = Counter(hashes)
         uniq = list(need)
         if entry.schema.primary_key:
             # A keyed table holds a row iff its key maps to exactly this row's digest.
-            committed = self._index.key_rows(entry.id, list(set(keys)))
             have = {h: 1 for h, k in zip(hashes, keys) if committed.get(k) == h}
         else:
-            have = self._index.counts(entry.id, uniq)
+            have = committed
         pending = self._overlay_counts(entry.id, uniq, keys=False)
         for h, k in need.items():
             n = have.get(h, 0) + pending.get(h, 0)
@@ -386,25 +413,23 @@ class Storage:
                 )
 
     def _check_keys(
-        self, entry: TableEntry, rows: list[tuple], ins_k: list[bytes], del_k: list[bytes]
+        self, entry: TableEntry, rows: list[tuple], ins_k: list[bytes], del_k: list[bytes],
+        committed: dict[bytes, Any],
     ) -> None:
-        assert self._index is not None
         schema = entry.schema
-        seen: dict[bytes, int] = {}
-        for i, h in enumerate(ins_k):
-            if h in seen:
-                raise AlreadyExists(
-                    f"table '{schema.name}' row {i}: primary key {fmt_key(schema, rows[i])} "
-                    f"appears twice in this batch (rows {seen[h]} and {i})"
-                )
-            seen[h] = i
-        if not ins_k:
-            return
-        present = self._index.key_rows(entry.id, ins_k)
+        if len(set(ins_k)) < len(ins_k):
+            seen: dict[bytes, int] = {}
+            for i, h in enumerate(ins_k):
+                if h in seen:
+                    raise AlreadyExists(
+                        f"table '{schema.name}' row {i}: primary key {fmt_key(schema, rows[i])} "
+                        f"appears twice in this batch (rows {seen[h]} and {i})"
+                    )
+                seen[h] = i
         pending = self._overlay_counts(entry.id, ins_k, keys=True)
         removed = set(del_k)
         for i, h in enumerate(ins_k):
-            n = (h in present) + pending.get(h, 0) - (h in removed)
+            n = (h in committed) + pending.get(h, 0) - (h in removed)
             if n > 0:
                 raise AlreadyExists(
                     f"table '{schema.name}' row {i}: primary key {fmt_key(schema, rows[i])} already exists"
