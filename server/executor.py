@@ -76,6 +76,7 @@ class Executor:
         self.wanted: dict[State, dict[Row, list[Waiter]]] = {}
         self.inflight: dict[int, Fill] = {}  # requester sid -> its fill
         self.fills: set[Fill] = set()
+        self.waiting: set[Fill] = set()  # replied, waiting for index keys they hold for
         self._touched: set[tuple[State, Row]] = set()
         self.counters: Counter = Counter()
         self.view_counters: dict[str, Counter] = defaultdict(Counter)
@@ -211,13 +212,19 @@ class Executor:
             fk = side.fill_key_of_index(m.key)
             fill = side.pending.get(fk)
             if fill is not None and side.mode != "miss" and lsn > fill.lsn:
+                # Trace mode: the downstream keys are pending in the same fill.
                 fill.hold(lsn, fk, ("node", node, pidx, m.delta))
                 held[m.delta] += 1
+                continue
+            self.counters["join_misses"] += 1
+            if side.mode == "miss":
+                if self._hold_for_pending(node, pidx, m.delta, lsn, side, fk):
+                    held[m.delta] += 1
+                else:
+                    self._evict_downstream(node, pidx, m.delta[0])
+                self._want(side, fk, None)
             else:
-                self.counters["join_misses"] += 1
                 self._evict_downstream(node, pidx, m.delta[0])
-                if side.mode == "miss":
-                    self._want(side, fk, None)
         own_side = node.sides.get(pidx)
         if own_side is not None:
             for d in deltas:
@@ -275,38 +282,70 @@ class Executor:
     def _evict_downstream(self, node: Node, pidx: int, row: Row) -> None:
         """A delta from parent ``pidx`` of ``node`` was dropped: evict every downstream key
         it could have affected (computable from the row's own columns)."""
-        known = {pc: row[pc] for pc in range(len(row))}
-        self._evict_known(node, pidx, known, through=True)
+        for st, fk in self._downstream_keys(node, pidx, row):
+            if fk is None:
+                log.warning("cannot compute key of %s from a dropped update; evicting all of it", st.label)
+                for k in list(st.buckets) + list(st.pending):
+                    self._evict(st, k)
+            else:
+                self._evict(st, fk)
 
-    def _evict_known(self, node: Node, pidx: int, known: dict[int, Any], through: bool = False) -> None:
+    def _hold_for_pending(self, node: Node, pidx: int, delta: Delta, lsn: int, side: State, fk: Row) -> bool:
+        """A miss in an evict-on-miss index whose only affected downstream key is being
+        filled: rather than cancel that fill (which under steady updates can starve it),
+        hold the delta in it and complete the fill only once the index key is filled too.
+        Replaying then counts every pair of the join exactly once, as the delta's own index
+        update is deferred with it."""
+        targets = self._downstream_keys(node, pidx, delta[0])
+        if not targets or any(k is None or k in st.buckets for st, k in targets):
+            return False
+        fills = {st.pending[k] for st, k in targets if k in st.pending}
+        if len(fills) != 1:
+            return False
+        fill = fills.pop()
+        if lsn <= fill.lsn:
+            return False
+        key = next(k for st, k in targets if k in st.pending)
+        fill.hold(lsn, key, ("node", node, pidx, delta))
+        fill.needs.add((side, fk))
+        self.counters["held_for_index"] += 1
+        return True
+
+    def _downstream_keys(self, node: Node, pidx: int, row: Row) -> list[tuple[State, Row | None]]:
+        """The nearest states above ``node`` that a delta of ``row`` from parent ``pidx``
+        reaches, each with the fill key it would touch (None when not computable)."""
+        out: list[tuple[State, Row | None]] = []
+        self._walk_known(node, pidx, {pc: row[pc] for pc in range(len(row))}, out, through=True)
+        return out
+
+    def _walk_known(self, node: Node, pidx: int, known: dict[int, Any], out: list, through: bool = False) -> None:
         st = node.own
         if st is not None and not through:
-            self._evict_by_known(st, node, pidx, known)
+            out.append((st, self._key_from_known(st, node, pidx, known)))
             return
         if not through and pidx in node.sides and node.sides[pidx].mode != "full":
-            self._evict_by_known(node.sides[pidx], None, pidx, known)
-        out = {}
+            side = node.sides[pidx]
+            out.append((side, self._key_from_known(side, None, pidx, known)))
+        mapped = {}
         for c in range(len(node.columns)):
             for p, pc in node.op.resolve(c):
                 if p == pidx and pc in known:
-                    out[c] = known[pc]
+                    mapped[c] = known[pc]
                     break
         for child, cidx in node.children:
-            self._evict_known(child, cidx, out)
+            self._walk_known(child, cidx, mapped, out)
 
-    def _evict_by_known(self, st: State, node: Node | None, pidx: int, known: dict[int, Any]) -> None:
+    @staticmethod
+    def _key_from_known(st: State, node: Node | None, pidx: int, known: dict[int, Any]) -> Row | None:
         fk = []
         for c in st.partial_cols:
             if node is not None and node.view is None:
                 srcs = [pc for p, pc in node.op.resolve(c) if p == pidx]
                 c = srcs[0] if srcs else None
             if c is None or c not in known:
-                log.warning("cannot compute key of %s from a dropped update; evicting all of it", st.label)
-                for k in list(st.buckets) + list(st.pending):
-                    self._evict(st, k)
-                return
+                return None
             fk.append(known[c])
-        self._evict(st, tuple(fk))
+        return tuple(fk)
 
     def _after_packet(self) -> None:
         for st, fk in self._touched:
@@ -321,19 +360,33 @@ class Executor:
         if any(st.mode == "full" for st, _ in self._touched):
             self.full_bytes = sum(s.memory_bytes for s in self.states.values() if s.mode == "full")
         self._touched.clear()
+        self._retry_waiting()
         self._enforce_memory()
         self._issue_wanted()
 
     def _enforce_memory(self) -> None:
         if self.memory_limit is None:
             return
+        pinned: list[tuple[tuple[int, Row], int]] = []
         while self.partial_bytes + self.full_bytes > self.memory_limit and self.lru:
             (sid, fk), size = self.lru.popitem()  # least recently used
-            self.partial_bytes -= size
             st = self.states.get(sid)
+            if st is not None and self._pinned(st, fk):
+                pinned.append(((sid, fk), size))
+                continue
+            self.partial_bytes -= size
             if st is not None:
                 self.counters["memory_evictions"] += 1
                 self._evict(st, fk, reason="memory")
+        for key, size in pinned:  # back in (as recently used: a fill is relying on them)
+            self.lru[key] = size
+
+    def _pinned(self, st: State, fk: Row) -> bool:
+        """Keys a fill in flight relies on are not evicted for memory: evicting them would
+        cancel that fill, and under pressure fills would never complete."""
+        if any(fk in d.pending for d in st.dependents):
+            return True
+        return any((st, fk) in f.needs for f in self.waiting) or any((st, fk) in f.needs for f in self.fills)
 
     def touch(self, st: State, fk: Row) -> None:
         """A read hit: mark the key recently used (caller holds the lock)."""
@@ -411,11 +464,16 @@ class Executor:
         self.runner.submit(fill, lambda f, r, e: self.submit("fill_done", f, r, e))
 
     def _finish_fill(self, fill: Fill, results: dict[int, list[Row]] | None, error: Exception | None) -> None:
+        if fill.dead:
+            return
+        if error is None and self._missing_needs(fill):
+            fill.results = results  # complete once the index keys it held for are filled
+            self.waiting.add(fill)
+            return
+        self.waiting.discard(fill)
         self.fills.discard(fill)
         if self.inflight.get(fill.requester.sid) is fill:
             del self.inflight[fill.requester.sid]
-        if fill.dead:
-            return
         fill.dead = True
         self.upquery_ms.append((time.monotonic() - fill.started) * 1000)
         if error is not None:
@@ -447,6 +505,20 @@ class Executor:
                 else:
                     self._want(st, fk, w)
 
+    def _missing_needs(self, fill: Fill) -> bool:
+        missing = False
+        for st, fk in fill.needs:
+            if fk not in st.buckets:
+                missing = True
+                if fk not in st.pending and st.sid in self.states:
+                    self._want(st, fk, None)
+        return missing
+
+    def _retry_waiting(self) -> None:
+        for fill in list(self.waiting):
+            if not self._missing_needs(fill):
+                self._finish_fill(fill, fill.results, None)
+
     def _fail_fill(self, fill: Fill, error: Exception) -> None:
         for x, keys in fill.keys.items():
             for k in keys:
@@ -472,6 +544,7 @@ class Executor:
         for fill in list(self.fills):
             if now - fill.started > self.upquery_timeout:
                 self.fills.discard(fill)
+                self.waiting.discard(fill)
                 if self.inflight.get(fill.requester.sid) is fill:
                     del self.inflight[fill.requester.sid]
                 fill.dead = True

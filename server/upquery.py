@@ -63,6 +63,9 @@ class Fill:
     # Updates with LSN > self.lsn that met a pending key: (lsn, seq, fill key, item).
     held: list[tuple[int, int, Row, tuple]] = field(default_factory=list)
     cancelled: set[Row] = field(default_factory=set)
+    # Evict-on-miss index keys (state, key) that held updates need before completion.
+    needs: set[tuple[State, Row]] = field(default_factory=set)
+    results: dict[int, list[Row]] | None = None
     fid: int = field(default_factory=lambda: next(_fids))
     started: float = field(default_factory=time.monotonic)
     dead: bool = False
