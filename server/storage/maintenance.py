@@ -113,6 +113,7 @@ def compact_table(st: Storage, entry: TableEntry) -> dict[str, Any]:
             segs = tm.segments
             flushed = st._manifest.flushed_lsn
             horizon = min(flushed - st.retention_lsns, flushed)
+            doomed_early = st._drain_releases()  # leaked snapshots no longer pin
             if st._pins:
                 horizon = min(horizon, min(st._pins))
             horizon = max(horizon, tm.horizon)
@@ -121,6 +122,7 @@ def compact_table(st: Storage, entry: TableEntry) -> dict[str, Any]:
             for p in paths:  # keep the inputs alive while Spark reads them
                 st._file_refs[p] += 1
         rows_before = sum(s.rows for s in segs)
+        delete_files(st, doomed_early)
         try:
             if not segs or (len(segs) == 1 and horizon == tm.horizon):
                 return _figures(len(segs), len(segs), rows_before, rows_before, tm.horizon, t0)

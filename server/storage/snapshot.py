@@ -152,12 +152,12 @@ class Snapshot:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __del__(self) -> None:  # a leaked snapshot must not pin compaction forever
-        try:
-            if not self._closed:
-                self.close()
-        except Exception:
-            pass
+    def __del__(self) -> None:
+        # A leaked snapshot must not pin compaction forever. Finalizers can run anywhere (even
+        # in a thread holding the storage lock), so only queue the release: no locks here.
+        if not getattr(self, "_closed", True):
+            self._closed = True
+            self._storage._leaked.append((self.lsn, self._file_paths()))
 
     # -- internal ------------------------------------------------------------------------------
     def _file_paths(self) -> list[str]:

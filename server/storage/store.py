@@ -18,13 +18,14 @@ subscribers, wakes the writers, and then applies the group to the row index.
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import sqlite3
 import threading
 import time
 from bisect import bisect_right
-from collections import Counter
+from collections import Counter, deque
 from operator import attrgetter
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -35,10 +36,11 @@ from pyspark.sql import SparkSession
 from partialflow.server.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from partialflow.server.storage import maintenance, pipeline, recovery
 from partialflow.server.storage.catalog import Catalog, Manifest, TableEntry
+from partialflow.server.storage.ddl import CatalogOps
 from partialflow.server.storage.query import parse_select, run_query
 from partialflow.server.storage.record import Overlay, Pending, WriteRecord, fmt_key
 from partialflow.server.storage.rowindex import RowIndex, key_hashes, row_hashes
-from partialflow.server.storage.schema import TableSchema, check_identifier, coerce_rows, validate_schema
+from partialflow.server.storage.schema import coerce_rows
 from partialflow.server.storage.snapshot import Snapshot, TableView
 from partialflow.server.storage.wal import WalWriter
 
@@ -47,7 +49,7 @@ log = logging.getLogger(__name__)
 _lsn_key = attrgetter("lsn")
 
 
-class Storage:
+class Storage(CatalogOps):
     """Durable base tables. See the module docstring and DESIGN.md "Base tables".
 
     ``retention_lsns`` (default 1,000,000): compaction only consolidates rows more than this
@@ -116,6 +118,11 @@ class Storage:
         self._stop_index = False
         self._last_flush = time.monotonic()
         self.counters: Counter[str] = Counter()
+        self._lock_fd = -1
+        # Releases of snapshots that were garbage-collected without close(); a finalizer may
+        # run while this thread holds the storage lock, so it only appends here.
+        self._leaked: deque[tuple[int, list[str]]] = deque()
+        self._obsolete_ready: list[str] = []  # unreferenced obsolete files found under the lock
 
     # ------------------------------------------------------------------ lifecycle
     def open(self) -> None:
@@ -128,7 +135,22 @@ class Storage:
             if self._state != "new":
                 raise FailedPrecondition(f"storage is {self._state}; open() is called once")
             self._state = "opening"
-        recovery.recover(self)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._lock_fd = os.open(self.data_dir / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            # Two processes on one directory would corrupt it; the kernel drops the lock
+            # when the process dies, however it dies.
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(self._lock_fd)
+            self._state = "new"
+            raise FailedPrecondition(f"data directory {self.data_dir} is in use by another process") from None
+        try:
+            recovery.recover(self)
+        except BaseException:
+            self._unlock_dir()
+            self._state = "new"
+            raise
         self._state = "open"
         for name in ("committer", "indexer", "flusher", "compactor"):
             target = getattr(pipeline, f"{name}_loop")
@@ -144,6 +166,7 @@ class Storage:
             self._state = "closing"
             self._stop_bg = True
             self._bg_cv.notify_all()
+            self._ack_cv.notify_all()  # writers held back by the backlog limit give up
         self._threads["flusher"].join()
         self._threads["compactor"].join()  # waits for a running compaction to finish
         with self._lock:
@@ -163,6 +186,12 @@ class Storage:
             self._index.close()
         with self._lock:
             self._state = "closed"
+        self._unlock_dir()
+
+    def _unlock_dir(self) -> None:
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)  # releases the flock
+            self._lock_fd = -1
 
     def _halt(self) -> None:
         """Test hook simulating a crash: stop the threads without flushing or syncing anything
@@ -175,121 +204,11 @@ class Storage:
             self._index_cv.notify_all()
         for t in self._threads.values():
             t.join()
+        self._unlock_dir()  # as the kernel would for a dead process
 
     def _check_open(self) -> None:
         if self._state != "open":
             raise FailedPrecondition(f"storage is {self._state}")
-
-    # ------------------------------------------------------------------ catalog
-    def create_table(self, schema: TableSchema) -> None:
-        """Create a table; AlreadyExists for a taken name, InvalidArgument for a bad schema."""
-        self._check_open()
-        schema = validate_schema(schema)
-        low = schema.name.lower()
-        table_dir = self._table_dir(schema.name)
-        with self._ddl_lock:
-            with self._lock:
-                self._refuse_taken_name(schema.name)
-                cat = Catalog(self._catalog.next_id + 1, dict(self._catalog.tables), list(self._catalog.views))
-                entry = TableEntry(self._catalog.next_id, schema)
-                cat.tables[low] = entry
-            assert self._index is not None
-            self._index.create(entry.id, bool(schema.primary_key))
-            table_dir.mkdir(parents=True, exist_ok=True)
-            cat.save(self.catalog_path)
-            with self._lock:
-                self._catalog = cat
-                self._live.add(entry.id)
-                self._mem[entry.id] = []
-
-    def drop_table(self, name: str) -> None:
-        """Drop a table and (once no snapshot reads them) its files; NotFound if absent."""
-        self._check_open()
-        with self._ddl_lock, self._manifest_lock:
-            with self._lock:
-                entry = self._entry(name)
-                cat = Catalog(self._catalog.next_id, dict(self._catalog.tables), list(self._catalog.views))
-                del cat.tables[entry.schema.name.lower()]
-                # Refuse further writes now; records already queued still commit (harmlessly).
-                self._live.discard(entry.id)
-            cat.save(self.catalog_path)
-            with self._lock:
-                self._catalog = cat
-                manifest = self._manifest.copy()
-                tm = manifest.tables.pop(entry.id, None)
-            manifest.save(self.manifest_path)
-            assert self._index is not None
-            self._index.drop(entry.id)
-            with self._lock:
-                self._manifest = manifest
-                self._mem_rows -= sum(e.batch.num_rows for e in self._mem.pop(entry.id, []))
-                table_dir = self._table_dir(entry.schema.name)
-                for seg in tm.segments if tm else ():
-                    self._obsolete.add(str(table_dir / seg.file))
-                doomed = self._collect_unreferenced()
-            maintenance.delete_files(self, doomed)
-
-    def table(self, name: str) -> TableSchema:
-        """Schema of a table; NotFound naming it and listing the existing tables."""
-        with self._lock:
-            return self._entry(name).schema
-
-    def tables(self) -> list[TableSchema]:
-        with self._lock:
-            return [e.schema for e in sorted(self._catalog.tables.values(), key=lambda e: e.id)]
-
-    def save_view(self, name: str, sql: str) -> None:
-        """Persist a view definition (the dataflow layer re-creates views on restart)."""
-        self._check_open()
-        check_identifier(name, "view")
-        if not isinstance(sql, str) or not sql.strip():
-            raise InvalidArgument(f"view '{name}' needs a SELECT statement")
-        with self._ddl_lock:
-            with self._lock:
-                self._refuse_taken_name(name)
-                cat = Catalog(self._catalog.next_id, dict(self._catalog.tables), self._catalog.views + [(name, sql)])
-            cat.save(self.catalog_path)
-            with self._lock:
-                self._catalog = cat
-
-    def drop_view(self, name: str) -> None:
-        self._check_open()
-        with self._ddl_lock:
-            with self._lock:
-                views = [(n, s) for n, s in self._catalog.views if n.lower() != str(name).lower()]
-                if len(views) == len(self._catalog.views):
-                    known = ", ".join(n for n, _ in self._catalog.views) or "(none)"
-                    raise NotFound(f"unknown view '{name}'; views are: {known}")
-                cat = Catalog(self._catalog.next_id, dict(self._catalog.tables), views)
-            cat.save(self.catalog_path)
-            with self._lock:
-                self._catalog = cat
-
-    def views(self) -> list[tuple[str, str]]:
-        with self._lock:
-            return list(self._catalog.views)
-
-    def _refuse_taken_name(self, name: str) -> None:
-        low = name.lower()
-        if low in self._catalog.tables:
-            raise AlreadyExists(f"table '{self._catalog.tables[low].schema.name}' already exists")
-        for n, _ in self._catalog.views:
-            if n.lower() == low:
-                raise AlreadyExists(f"a view named '{n}' already exists")
-
-    def _entry(self, name: str) -> TableEntry:
-        entry = self._catalog.tables.get(str(name).lower()) if isinstance(name, str) else None
-        if entry is None:
-            known = ", ".join(sorted(e.schema.name for e in self._catalog.tables.values()))
-            raise NotFound(f"unknown table '{name}'; tables are: {known or '(none)'}")
-        return entry
-
-    def _table_dir(self, name: str) -> Path:
-        # Names are validated identifiers; the containment check is a second line of defence.
-        path = self.tables_dir / name.lower()
-        if path.parent != self.tables_dir or not name.isidentifier():
-            raise InvalidArgument(f"invalid table name {name!r}")
-        return path
 
     # ------------------------------------------------------------------ writes
     def subscribe(self, fn: Callable[[WriteRecord], None]) -> None:
@@ -443,6 +362,8 @@ class Storage:
         if lsn is not None and (isinstance(lsn, bool) or not isinstance(lsn, int)):
             raise InvalidArgument(f"as_of must be an integer LSN, got {lsn!r}")
         with self._lock:
+            if self._leaked:
+                self._obsolete_ready.extend(self._drain_releases())
             v = self._durable_lsn if lsn is None else lsn
             if v < 0 or v > self._durable_lsn:
                 raise InvalidArgument(
@@ -462,21 +383,30 @@ class Storage:
             return Snapshot(self, v, views)
 
     def _release_snapshot(self, snap: Snapshot) -> None:
+        self._leaked.append((snap.lsn, snap._file_paths()))
         with self._lock:
-            self._pins[snap.lsn] -= 1
-            if self._pins[snap.lsn] <= 0:
-                del self._pins[snap.lsn]
-            for path in snap._file_paths():
+            doomed = self._drain_releases()
+        maintenance.delete_files(self, doomed)
+
+    def _drain_releases(self) -> list[str]:
+        """Apply queued snapshot releases (call under the lock); returns files now deletable
+        (the caller deletes them after releasing the lock)."""
+        while self._leaked:
+            lsn, paths = self._leaked.popleft()
+            self._pins[lsn] -= 1
+            if self._pins[lsn] <= 0:
+                del self._pins[lsn]
+            for path in paths:
                 self._file_refs[path] -= 1
                 if self._file_refs[path] <= 0:
                     del self._file_refs[path]
-            doomed = self._collect_unreferenced()
-        maintenance.delete_files(self, doomed)
+        return self._collect_unreferenced()
 
     def _collect_unreferenced(self) -> list[str]:
         """Obsolete segment files no open snapshot reads any more (call under the lock)."""
-        doomed = [p for p in self._obsolete if p not in self._file_refs]
+        doomed = [p for p in self._obsolete if p not in self._file_refs] + self._obsolete_ready
         self._obsolete.difference_update(doomed)
+        self._obsolete_ready = []
         return doomed
 
     def query(self, sql: str, as_of: int | None = None) -> tuple[list[str], list[tuple], int]:
@@ -511,6 +441,8 @@ class Storage:
     def stats(self) -> dict:
         """Figures for monitoring and tests."""
         with self._lock:
+            if self._leaked:
+                self._obsolete_ready.extend(self._drain_releases())
             wal = self._wal
             return {
                 "lsn": self._durable_lsn,

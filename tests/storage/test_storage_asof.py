@@ -112,3 +112,14 @@ def test_pinned_snapshot_limits_horizon_and_keeps_files(make_store) -> None:
     assert st.compact("t")["tables"]["t"]["horizon"] == 20
     assert table_at(st, 20) == history[20]
     assert st.stats()["pinned_snapshots"] == 0
+
+
+def test_leaked_snapshot_stops_pinning(make_store) -> None:
+    st = make_store(retention_lsns=0)
+    st.create_table(BAG)
+    run_history(st, random.Random(3), writes=6, flush_every=3)
+    snap = st.snapshot(2)
+    assert st.stats()["pinned_snapshots"] == 1
+    del snap  # garbage-collected without close()
+    assert st.stats()["pinned_snapshots"] == 0
+    assert st.compact("t")["tables"]["t"]["horizon"] == 6

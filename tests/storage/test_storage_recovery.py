@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from partialflow.server.errors import AlreadyExists, NotFound
+from partialflow.server.errors import AlreadyExists, FailedPrecondition, NotFound
 from partialflow.server.storage import Storage
 
 from conftest import BAG, KEYED
@@ -54,6 +54,16 @@ def test_crash_without_flush_then_reopen(make_store) -> None:
     st3 = make_store()  # replaying twice applies nothing twice
     assert st3.last_lsn == last + 1
     assert rows_of(st3, "t") == Counter([(2, None, None, False), (3, "c", 0.5, None)])
+
+
+def test_data_dir_is_locked(make_store, spark) -> None:
+    st = make_store()
+    other = Storage(st.data_dir, spark)
+    with pytest.raises(FailedPrecondition, match="in use by another process"):
+        other.open()
+    st.close()
+    other.open()  # free again once the first store is closed
+    other.close()
 
 
 def test_torn_tail_is_truncated(make_store) -> None:
