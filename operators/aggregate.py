@@ -88,6 +88,10 @@ class Aggregate(GroupedOperator):
             self._emit(group, old, new, out)
         return out
 
+    def initial_entry(self) -> AggEntry:
+        """The entry of a group over no rows (a global aggregate's state on empty input)."""
+        return self._initial()
+
     def _initial(self) -> AggEntry:
         return AggEntry(0, tuple(f.initial() for f in self.funcs))
 

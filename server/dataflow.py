@@ -224,6 +224,7 @@ class Dataflow:
                 "views": views,
                 "upquery_ms": _percentiles(lat),
                 "spark_jobs": self.runner.jobs,
+                "state_anomalies": sum(st.anomalies for st in ex.states.values()),
                 **{k: v for k, v in ex.counters.items()},
             }
 

@@ -581,10 +581,15 @@ class Executor:
                 for row, sign in deltas:
                     st.apply_row(bucket, k, row, sign)
             else:
-                out = st.node.op.on_input(0, deltas, _View(st.node, bucket))
+                op = st.node.op
+                out = op.on_input(0, deltas, _View(st.node, bucket))
                 for group, entry in out.writes.items():
                     if entry is not None:
-                        st.set_entry(k, group, entry, st.node.op.entry_size(entry))
+                        st.set_entry(k, group, entry, op.entry_size(entry))
+                if not op.group_columns() and () not in bucket and hasattr(op, "initial_entry"):
+                    # A global aggregate always has its one group, even over no rows.
+                    entry = op.initial_entry()
+                    st.set_entry(k, (), entry, op.entry_size(entry))
 
     def load_full(self, states: list[State]) -> Waiter:
         """Load new full states with one fill at the current LSN (view creation)."""

@@ -54,6 +54,7 @@ class State:
     dependents: list[State] = field(default_factory=list)
     # Deriving this state from a grouped state below through filter/project nodes only.
     source: tuple[State, list[Node]] | None = None
+    anomalies: int = 0
 
     def __post_init__(self) -> None:
         # Where the fill key sits inside an index key (partial ⊆ index columns).
@@ -81,13 +82,14 @@ class State:
             bag = bucket[ik] = {}
         n = bag.get(row, 0) + sign
         size = row_size(row)
-        if n > 0:
+        if n != 0:
+            # A negative count (a retraction of a row never seen) would mean the state
+            # diverged from its stream; it is kept (so a later insert cancels it) and
+            # counted, never shown: reads skip counts <= 0, and stats report anomalies.
+            if n < 0:
+                self.anomalies += 1
             bag[row] = n
         else:
-            if n < 0:
-                # A retraction of a row we never saw means the state diverged from the
-                # stream; fail loudly rather than serve a wrong answer.
-                raise AssertionError(f"state {self.label}: retracting absent row {row!r}")
             del bag[row]
             if not bag:
                 del bucket[ik]
@@ -108,14 +110,16 @@ class State:
         bucket = self.buckets[fk]
         return [r for bag in bucket.values() for r, n in bag.items() for _ in range(n)]
 
+
     # -- grouped states --------------------------------------------------------------
     def set_entry(self, fk: Row, group: Row, entry: Any, size: int) -> None:
         bucket = self.buckets[fk]
         old = bucket.pop(group, None)
-        delta = -self._entry_size(old) if old is not None else 0
+        key_size = row_size(group)
+        delta = -(self._entry_size(old) + key_size) if old is not None else 0
         if entry is not None:
             bucket[group] = entry
-            delta += size
+            delta += size + key_size
         self.sizes[fk] = self.sizes.get(fk, BUCKET_OVERHEAD) + delta
 
     def _entry_size(self, entry: Any) -> int:

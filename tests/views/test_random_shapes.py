@@ -83,3 +83,4 @@ def test_shape_matches_spark(server, uniq, shape):
         results = c.lookup_many(view, keys)
         mismatches += check_results(c, sql, results)
         assert not mismatches, "\n".join(mismatches)
+        assert c.stats()["state_anomalies"] == 0

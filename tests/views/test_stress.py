@@ -56,7 +56,7 @@ KEYS = {
 
 @pytest.fixture(scope="module")
 def small_server(spark, tmp_path_factory):
-    srv = InProcessServer(tmp_path_factory.mktemp("stress") / "data", spark, memory_limit=64 * 1024).start()
+    srv = InProcessServer(tmp_path_factory.mktemp("stress") / "data", spark, memory_limit=20 * 1024).start()
     yield srv
     srv.stop()
 
@@ -167,9 +167,10 @@ def test_stress_concurrent_reads_writes_evictions(small_server, spark):
     with small_server.client() as c:
         server_stats = c.stats()
     assert server_stats["memory_bytes"] <= server_stats["memory_limit"]
+    assert server_stats["state_anomalies"] == 0
     evictions = sum(v["evictions"] for v in server_stats["views"].values())
     assert evictions > stats["evicts"], "the memory limit should force evictions beyond the explicit ones"
     oracles = {v: (VIEWS[v][1], VIEWS[v][2]) for v in KEYS}
     checked, bad = verify(spark, rec, oracles)
-    assert checked == stats["reads"] and checked > 200
+    assert checked == stats["reads"] and checked > 100
     assert not bad, f"{len(bad)} of {checked} reads differ from Spark:\n{first(bad)}"
