@@ -89,6 +89,20 @@ class Dataflow:
         if persist:
             self.storage.save_view(name, sql)
 
+    def explain_create(self, name: str, sql: str) -> str:
+        """A dry run of CREATE VIEW: is it supported, and how would it be maintained?
+
+        Plans the view and decides its materialization in a scratch graph (so nothing is
+        created and nothing is shared with existing views), and returns the operator
+        tree with each state partial or full, its key, and why."""
+        if not _IDENT.match(name or ""):
+            raise InvalidArgument(f"view name {name!r} is not a plain identifier (letters, digits, _; at most 64)")
+        used: set[str] = set()
+        plan = Planner(self._table_columns, lambda v: self._view_plan(v, used)).plan(sql)
+        scratch = Graph()
+        scratch.add_view(name.lower(), sql, plan)
+        return scratch.explain(name.lower())
+
     def _install(self, name: str, sql: str, plan: ViewPlan) -> tuple[Reader, Waiter | None]:
         reader, new_full = self.graph.add_view(name, sql, plan)
         self.executor.register_states([st for n in reader.nodes for st in _states_of(n)])

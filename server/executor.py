@@ -81,6 +81,9 @@ class Executor:
         self.counters: Counter = Counter()
         self.view_counters: dict[str, Counter] = defaultdict(Counter)
         self.upquery_ms: list[float] = []
+        # Called on the executor thread as fn(event, fields), e.g. ("upquery", {"view",
+        # "ms", "ok"}) when a fill finishes; for metrics. Keep them cheap.
+        self.observers: list[Callable[[str, dict], None]] = []
         self._running = False
         self._thread = threading.Thread(target=self._loop, name="executor", daemon=True)
 
@@ -475,7 +478,11 @@ class Executor:
         if self.inflight.get(fill.requester.sid) is fill:
             del self.inflight[fill.requester.sid]
         fill.dead = True
-        self.upquery_ms.append((time.monotonic() - fill.started) * 1000)
+        ms = (time.monotonic() - fill.started) * 1000
+        self.upquery_ms.append(ms)
+        if len(self.upquery_ms) > 20_000:
+            del self.upquery_ms[:10_000]
+        self._observe("upquery", {"view": fill.requester.node.view, "ms": ms, "ok": error is None})
         if error is not None:
             self._fail_fill(fill, error)
             return
@@ -504,6 +511,13 @@ class Executor:
                     w.deliver(fk, st.bucket_rows(fk) if st.kind == "rows" else [], self.applied_lsn)
                 else:
                     self._want(st, fk, w)
+
+    def _observe(self, event: str, fields: dict) -> None:
+        for fn in self.observers:
+            try:
+                fn(event, fields)
+            except Exception:  # a metrics hook must never break the executor
+                log.exception("observer failed")
 
     def _missing_needs(self, fill: Fill) -> bool:
         missing = False
@@ -549,6 +563,7 @@ class Executor:
                     del self.inflight[fill.requester.sid]
                 fill.dead = True
                 self.runner.cancel(fill)
+                self._observe("upquery", {"view": fill.requester.node.view, "ms": (now - fill.started) * 1000, "ok": False})
                 self._fail_fill(fill, DeadlineExceeded(f"upquery for {fill.requester.label} exceeded {self.upquery_timeout:g}s"))
 
     # -- filling states ----------------------------------------------------------------

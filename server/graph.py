@@ -98,6 +98,7 @@ class Graph:
         node = self._new_node(parent.columns, None, [parent], view=name)
         node.signature = ("reader", name)
         node.own = self._state(node, "rows", plan.key, plan.key, "partial", f"reader {name}")
+        node.own.reason = "keyed by the view's parameters; filled per key on read" if plan.key else "no parameters: one key, filled on the first read"
         self._link(node.own, parent, plan.key)
         used.append(node)
         for n in used:
@@ -142,6 +143,12 @@ class Graph:
             mode = "partial" if partial else "full"
             node.own = self._state(node, "grouped", groups, key, mode, f"{op.symbol} n{node.nid}")
             if partial:
+                node.own.reason = "the key above is copied from grouping columns here, so it is filled per key with it"
+            elif req is None:
+                node.own.reason = "a state above is full, so everything below it is full"
+            else:
+                node.own.reason = "key column computed by an aggregate (not a grouping column), so no key can be pushed below it"
+            if partial:
                 self._link(node.own, parent, parent_req)
             else:
                 new_full.append(node.own)
@@ -176,6 +183,7 @@ class Graph:
             for s in (0, 1):
                 mode, key = modes[s]
                 st = self._state(node, "rows", idx[s], key, mode, f"{op.symbol} n{node.nid} index {s}")
+                st.reason = _join_reason(mode, req)
                 node.sides[s] = st
                 if mode == "full":
                     new_full.append(st)
@@ -258,6 +266,8 @@ class Graph:
             lines.append(f"{pad}{n.label()}  [n{n.nid}]")
             for st in _states_of(n):
                 lines.append(f"{pad}  └ {st.describe()}")
+                if st.reason:
+                    lines.append(f"{pad}    why: {st.reason}")
             for p in n.parents:
                 walk(p, depth + 1)
 
@@ -299,6 +309,16 @@ def _trace(op: Operator, req, parent: int):
             return None
         out.append(src[0])
     return tuple(out)
+
+
+def _join_reason(mode: str, req) -> str:
+    if mode == "partial":
+        return "the key above is the join key, so this index is filled per key with it"
+    if mode == "miss":
+        return "updates from the other side carry the key above, so a miss here evicts exactly the keys they affect"
+    if req is None:
+        return "a state above is full, so everything below it is full"
+    return "updates from the other side can't tell which keys above they affect, so their lookups must never miss"
 
 
 def join_kind(op: Join) -> str:

@@ -55,6 +55,7 @@ class State:
     # Deriving this state from a grouped state below through filter/project nodes only.
     source: tuple[State, list[Node]] | None = None
     anomalies: int = 0
+    reason: str = ""  # why the planner chose this mode (shown by explain)
 
     def __post_init__(self) -> None:
         # Where the fill key sits inside an index key (partial ⊆ index columns).
