@@ -43,6 +43,9 @@ class Dataflow:
         self.upquery_timeout = upquery_timeout
         self.deps: dict[str, set[str]] = {}  # view -> views it is defined over
         self._ddl = threading.Lock()
+        # fn(view, key, rows, lsn) for every key a lookup served (rows as returned). For
+        # the background verifier; called on the reading thread, so keep it cheap.
+        self.read_observers: list[Any] = []
         storage.subscribe(lambda rec: self.executor.submit("write", rec))
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -187,7 +190,34 @@ class Dataflow:
             if waiter.error is not None:
                 raise waiter.error
             results.update(waiter.results)
-        return plan.columns, [(present(plan, results[k][0]), results[k][1]) for k in keys]
+        out = [(present(plan, results[k][0]), results[k][1]) for k in keys]
+        for fn in self.read_observers:
+            for k, (rows, lsn) in zip(keys, out):
+                fn(reader.name, k, rows, lsn)
+        return plan.columns, out
+
+    def corrupt_for_test(self, view: str, key: Any) -> bool:
+        """Test-only: plant a wrong answer (an extra copy of a row, or a made-up row) in one
+        filled key of a view's reader, so tests can show the checkers catch it. Refused
+        unless the server runs with PARTIALFLOW_TEST_HOOKS=1."""
+        import os
+
+        if os.environ.get("PARTIALFLOW_TEST_HOOKS") != "1":
+            raise FailedPrecondition("test hooks are disabled (set PARTIALFLOW_TEST_HOOKS=1)")
+        reader = self._reader(view)
+        k = self._check_key(reader, key)
+        st = reader.state
+
+        def go() -> bool:
+            bucket = st.buckets.get(k)
+            if bucket is None:
+                return False
+            rows = st.bucket_rows(k)
+            row = rows[0] if rows else tuple(k) + (None,) * (len(reader.node.columns) - len(k))
+            st.apply_row(bucket, k, row, 1)
+            return True
+
+        return self.executor.call(go).result()
 
     def _check_key(self, reader: Reader, key: Any) -> Row:
         key = tuple(key) if isinstance(key, (tuple, list)) else (key,)
