@@ -182,7 +182,9 @@ class Dataflow:
                 elif k not in misses:
                     misses.append(k)
             counters["misses"] += len(misses)
-        if misses:
+        for _ in range(5):
+            if not misses:
+                break
             waiter = Waiter(set(misses))
             ex.submit("miss", st, misses, waiter)
             if not waiter.event.wait(max(0.0, deadline - time.monotonic())):
@@ -190,6 +192,19 @@ class Dataflow:
             if waiter.error is not None:
                 raise waiter.error
             results.update(waiter.results)
+            # Answer every key of one lookup at one LSN: re-read the keys that hit
+            # earlier at the LSN the fills completed at, so a batch never mixes an old
+            # answer with a newer one. Keys evicted meanwhile are fetched again.
+            with ex.lock:
+                lsn = ex.applied_lsn
+                misses = []
+                for k in results:
+                    if k in st.buckets:
+                        results[k] = (st.bucket_rows(k), lsn)
+                    elif any(v is None for v in k):
+                        results[k] = ([], lsn)
+                    else:
+                        misses.append(k)
         out = [(present(plan, results[k][0]), results[k][1]) for k in keys]
         for fn in self.read_observers:
             for k, (rows, lsn) in zip(keys, out):

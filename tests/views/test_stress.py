@@ -136,10 +136,13 @@ def _reader(server, rec: Recorder, lock: threading.Lock, seed: int, stop: float,
                     c.evict(view, keys[0])
                     stats["evicts"] += 1
                 results = c.lookup_many(view, keys) if len(keys) > 1 else {keys[0]: c.lookup(view, keys[0])}
+                lsns = {res.lsn for res in results.values()}
+                if min(lsns) < last_lsn:
+                    errors.append(f"LSN went backwards for a client: {min(lsns)} after {last_lsn}")
+                if len(lsns) > 1:
+                    errors.append(f"one lookup_many answered at several LSNs: {sorted(lsns)}")
+                last_lsn = max(last_lsn, max(lsns))
                 for key, res in results.items():
-                    if res.lsn < last_lsn:
-                        errors.append(f"LSN went backwards for a client: {res.lsn} after {last_lsn}")
-                    last_lsn = max(last_lsn, res.lsn)
                     with lock:
                         rec.read(view, tuple(key) if isinstance(key, tuple) else (key,), res.lsn, res.rows)
                 stats["reads"] += len(results)
