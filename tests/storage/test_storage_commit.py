@@ -119,3 +119,36 @@ def test_snapshot_filters_nulls_and_empty_tables(store: Storage) -> None:
         snap.table_df("t")
     with pytest.raises(InvalidArgument):
         store.snapshot(-1)
+
+
+def test_concurrent_updates_race_indexer_and_flusher(make_store) -> None:
+    """Updates of keyed rows and deletes of bag rows from 8 threads, while the indexer commits,
+    the flusher flushes and the WAL rotates: no spurious refusal, final state exact."""
+    st = make_store(flush_rows=500, flush_interval=0.05, wal_rotate_bytes=64 << 10)
+    st.create_table(KEYED)
+    st.create_table(BAG)
+    errors: list[BaseException] = []
+    final: dict[int, str] = {}
+
+    def worker(t: int) -> None:
+        try:
+            keys = list(range(t * 10, t * 10 + 10))
+            st.write("u", [(k, "v0") for k in keys])
+            for i in range(1, 40):
+                st.write("u", [(k, f"v{i}") for k in keys], deletes=[(k, f"v{i - 1}") for k in keys])
+                st.write("t", [(t, "x", float(i), True)] * 2)
+                st.write("t", deletes=[(t, "x", float(i), True)])
+            final.update({k: "v39" for k in keys})
+        except BaseException as e:  # surfaced below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors[:3]
+    assert st.stats()["flushes"] > 0
+    assert dict(st.query("SELECT id, name FROM u")[1]) == final
+    want = Counter((t, "x", float(i), True) for t in range(8) for i in range(1, 40))
+    assert Counter(st.query("SELECT * FROM t")[1]) == want
