@@ -56,7 +56,7 @@ KEYS = {
 
 @pytest.fixture(scope="module")
 def small_server(spark, tmp_path_factory):
-    srv = InProcessServer(tmp_path_factory.mktemp("stress") / "data", spark, memory_limit=20 * 1024).start()
+    srv = InProcessServer(tmp_path_factory.mktemp("stress") / "data", spark, memory_limit=48 * 1024).start()
     yield srv
     srv.stop()
 
@@ -131,7 +131,10 @@ def _reader(server, rec: Recorder, lock: threading.Lock, seed: int, stop: float,
         while time.monotonic() < stop:
             view = rng.choice(views)
             try:
-                keys = rng.sample(KEYS[view], min(len(KEYS[view]), rng.choice([1, 1, 1, 4])))
+                # Skewed: a few hot keys (hits) and a long tail (misses, evictions).
+                pool = KEYS[view]
+                weights = [1 / (i + 1) for i in range(len(pool))]
+                keys = list(dict.fromkeys(rng.choices(pool, weights, k=rng.choice([1, 1, 1, 4]))))
                 if rng.random() < 0.15:
                     c.evict(view, keys[0])
                     stats["evicts"] += 1
@@ -175,5 +178,5 @@ def test_stress_concurrent_reads_writes_evictions(small_server, spark):
     assert evictions > stats["evicts"], "the memory limit should force evictions beyond the explicit ones"
     oracles = {v: (VIEWS[v][1], VIEWS[v][2]) for v in KEYS}
     checked, bad = verify(spark, rec, oracles)
-    assert checked == stats["reads"] and checked > 100
+    assert checked == stats["reads"] and checked > 50
     assert not bad, f"{len(bad)} of {checked} reads differ from Spark:\n{first(bad)}"
