@@ -210,3 +210,32 @@ def test_sigkill_during_concurrent_writes(make_store, tmp_path: Path, rounds: in
     assert all(r in maybe_ins and n == 1 for r, n in extra.items()), list(extra.items())[:5]
     # Writes continue after recovery with fresh LSNs.
     assert st.write("k", [(99, 0, 0)]) == st.last_lsn
+
+
+def test_wal_rotation_and_truncation(make_store) -> None:
+    st = make_store(wal_rotate_bytes=2048)
+    st.create_table(BAG)
+    for i in range(60):
+        st.write("t", [(i, "r" * 50, float(i), True)])
+    assert st.stats()["wal_files"] > 3
+    st.close()  # flushes, indexes, then deletes every WAL file that is fully covered
+    assert len(wal_files(st)) == 1
+    st2 = make_store()
+    assert st2.last_lsn == 60
+    assert sum(rows_of(st2, "t").values()) == 60
+    assert st2.write("t", deletes=[(0, "r" * 50, 0.0, True)]) == 61
+
+
+def test_background_compaction(make_store) -> None:
+    st = make_store(max_segments=2, retention_lsns=0)
+    st.create_table(BAG)
+    for i in range(5):
+        st.write("t", [(i, "a", 1.0, True), (i, "b", 2.0, False)])
+        st.write("t", deletes=[(i, "b", 2.0, False)])
+        st.flush()
+    deadline = time.monotonic() + 60
+    while st.stats()["compactions"] == 0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert st.stats()["compactions"] >= 1
+    assert st.stats()["segments"]["t"] <= 3
+    assert rows_of(st, "t") == Counter((i, "a", 1.0, True) for i in range(5))
