@@ -8,7 +8,7 @@ with Client("127.0.0.1:50051") as db:
 
 from __future__ import annotations
 
-from partialflow.client.client import Client, Result
+from partialflow.client.client import Client, LoadProgress, LoadResult, Result
 from partialflow.client.errors import (
     AlreadyExists,
     DeadlineExceeded,
@@ -27,6 +27,8 @@ __all__ = [
     "DeadlineExceeded",
     "FailedPrecondition",
     "InvalidArgument",
+    "LoadProgress",
+    "LoadResult",
     "NotFound",
     "PartialflowError",
     "ResourceExhausted",

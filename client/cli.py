@@ -1,12 +1,18 @@
 """The ``partialflow`` command: run a server, or talk to one.
 
-    partialflow serve --data DIR [--host H] [--port P] [--memory-limit SIZE] [--spark-master M]
-    partialflow sql [--server ADDR] [--as-of LSN] "STATEMENT"
-    partialflow lookup [--server ADDR] [--min-lsn LSN] VIEW [KEY ...]
-    partialflow stats [--server ADDR]
-    partialflow explain [--server ADDR] [--dot] VIEW
+    partialflow serve --data DIR [--host H] [--port P] [--memory-limit SIZE] ...
+    partialflow sql [STATEMENT] [--as-of LSN]      (no statement: a shell, or stdin's script)
+    partialflow lookup [--min-lsn LSN] VIEW [KEY ...]
+    partialflow stats [--json]
+    partialflow explain [--dot] VIEW
+    partialflow graph [--png FILE] VIEW
+    partialflow load [--format parquet|csv] [--header] [--force] TABLE PATH
+    partialflow compact [TABLE]
 
-Errors print one line on stderr and exit with status 1 (2 for bad command-line usage).
+Client commands take ``--server`` (default ``$PARTIALFLOW_SERVER`` or 127.0.0.1:50051),
+``--token`` (``$PARTIALFLOW_TOKEN``) and ``--tls-ca`` (``$PARTIALFLOW_TLS_CA``). Every
+``serve`` flag can also come from its ``PARTIALFLOW_*`` variable (the flag wins). Errors
+print one line on stderr and exit with status 1 (2 for bad command-line usage).
 """
 
 from __future__ import annotations
@@ -14,20 +20,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
+import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable
 from typing import Any
+
+from partialflow.client.output import format_compaction, format_stats, format_table, print_result
+from partialflow.server.config import SERVE_OPTIONS, resolve_config
 
 DEFAULT_SERVER = "127.0.0.1:50051"
 
-
-def _size(text: str) -> int:
-    from partialflow.server.config import parse_size
-
-    try:
-        return parse_size(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
+__all__ = ["build_parser", "format_table", "main", "parse_key_value"]
 
 
 def parse_key_value(text: str) -> Any:
@@ -40,78 +44,49 @@ def parse_key_value(text: str) -> Any:
     return value if value is None or isinstance(value, (int, float, str, bool)) else text
 
 
-def _cell(value: Any) -> str:
-    if value is None:
-        return "NULL"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
+class CommandError(Exception):
+    """A client-side failure (a file, a missing tool): printed as ``error: message``."""
 
 
-def format_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """Rows as an aligned text table with a header line (numbers right-aligned)."""
-    cells = [[_cell(v) for v in row] for row in rows]
-    widths = [len(c) for c in columns]
-    for row in cells:
-        widths = [max(w, len(c)) for w, c in zip(widths, row)]
-    numeric = [
-        all(
-            isinstance(r[i], (int, float)) and not isinstance(r[i], bool)
-            for r in rows
-            if r[i] is not None
-        )
-        for i in range(len(columns))
-    ]
-
-    def line(values: Sequence[str]) -> str:
-        parts = [v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric)]
-        return " | ".join(parts).rstrip()
-
-    out = [line(list(columns)), "-+-".join("-" * w for w in widths)]
-    out.extend(line(row) for row in cells)
-    return "\n".join(out)
-
-
-def _print_result(result: Any) -> None:
-    if result.columns:
-        print(format_table(result.columns, result.rows))
-        noun = "row" if len(result.rows) == 1 else "rows"
-        print(f"({len(result.rows)} {noun}, lsn {result.lsn})")
-    else:
-        print(f"OK (lsn {result.lsn})")
+# -- commands -----------------------------------------------------------------------------
 
 
 def _serve(args: argparse.Namespace) -> int:
     # Imported here: the server pulls in pyspark, which the client commands never need.
-    from partialflow.server.config import Config
     from partialflow.server.main import serve
 
-    config = Config(
-        data_dir=args.data,
-        host=args.host,
-        port=args.port,
-        memory_limit=args.memory_limit,
-        spark_master=args.spark_master,
-    )
+    given = {o.field: getattr(args, o.field) for o in SERVE_OPTIONS}
+    try:
+        config = resolve_config(given)
+    except ValueError as err:
+        print(f"partialflow serve: error: {err}", file=sys.stderr)
+        return 2
     return serve(config)
 
 
 def _sql(client: Any, args: argparse.Namespace) -> int:
+    from partialflow.client import shell
+
+    if args.statement is None:
+        if sys.stdin.isatty():
+            return shell.run_shell(client)
+        return shell.run_script(client, sys.stdin.read(), sys.stdout, sys.stderr)
     if args.as_of is not None:
-        _print_result(client.query(args.statement, as_of=args.as_of))
+        print_result(client.query(args.statement, as_of=args.as_of), sys.stdout)
     else:
-        _print_result(client.execute(args.statement))
+        print_result(client.execute(args.statement), sys.stdout)
     return 0
 
 
 def _lookup(client: Any, args: argparse.Namespace) -> int:
     key = tuple(parse_key_value(k) for k in args.key)
-    _print_result(client.lookup(args.view, key, min_lsn=args.min_lsn))
+    print_result(client.lookup(args.view, key, min_lsn=args.min_lsn), sys.stdout)
     return 0
 
 
 def _stats(client: Any, args: argparse.Namespace) -> int:
-    print(json.dumps(client.stats(), indent=2, sort_keys=True))
+    stats = client.stats()
+    print(json.dumps(stats, indent=2, sort_keys=True) if args.json else format_stats(stats))
     return 0
 
 
@@ -121,49 +96,172 @@ def _explain(client: Any, args: argparse.Namespace) -> int:
     return 0
 
 
+def render_png(dot: str, path: str) -> None:
+    """Render Graphviz DOT to a PNG file with the ``dot`` program."""
+    program = shutil.which("dot")
+    if program is None:
+        raise CommandError(
+            "cannot write a PNG: Graphviz's `dot` is not installed (e.g. apt-get install "
+            "graphviz); without --png the graph is printed as DOT"
+        )
+    done = subprocess.run(
+        [program, "-Tpng", "-o", path], input=dot, capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        detail = (done.stderr.strip().splitlines() or ["failed"])[0]
+        raise CommandError(f"dot could not write {path}: {detail}")
+
+
+def _graph(client: Any, args: argparse.Namespace) -> int:
+    _, dot = client.explain(args.view)
+    if args.png:
+        render_png(dot, args.png)
+        print(f"wrote {args.png}")
+    else:
+        print(dot)
+    return 0
+
+
+def _options(pairs: list[str]) -> dict[str, str]:
+    options = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise CommandError(f"--option takes KEY=VALUE, got {pair!r}")
+        options[key] = value
+    return options
+
+
+def _load(client: Any, args: argparse.Namespace) -> int:
+    from partialflow.client.progress import LoadBar
+
+    # The server's Spark reads the path; a file that exists here is most likely on the
+    # same machine, and must not depend on the server's working directory.
+    path = os.path.abspath(args.path) if os.path.exists(args.path) else args.path
+    fmt = args.format or ("csv" if path.lower().endswith((".csv", ".csv.gz")) else "parquet")
+    with LoadBar() as bar:
+        result = client.load(
+            args.table, path, format=fmt, header=args.header, force=args.force,
+            options=_options(args.option), progress=bar,
+        )
+    noun = "row" if result.rows == 1 else "rows"
+    print(f"loaded {result.rows} {noun} into {args.table} (lsn {result.lsn})")
+    return 0
+
+
+def _compact(client: Any, args: argparse.Namespace) -> int:
+    print(format_compaction(client.compact(args.table)))
+    return 0
+
+
+# -- the grammar --------------------------------------------------------------------------
+
+
+def _arg_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """An Option parser as an argparse type (its ValueError message becomes the usage error)."""
+
+    def convert(text: str) -> Any:
+        try:
+            return parse(text)
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+
+    convert.__name__ = getattr(parse, "__name__", "value")
+    return convert
+
+
+def _add_serve(commands: Any) -> None:
+    serve = commands.add_parser(
+        "serve", help="run a server",
+        description="Run a server. Every flag may instead come from the environment variable "
+        "named after it (e.g. PARTIALFLOW_MEMORY_LIMIT); a flag beats its variable.",
+    )
+    for option in SERVE_OPTIONS:
+        serve.add_argument(
+            option.flag, dest=option.field, type=_arg_type(option.parse), default=None,
+            metavar=option.metavar, help=f"{option.help} [${option.env}]",
+        )
+    serve.set_defaults(run=_serve, remote=False)
+
+
+def _remote_options() -> argparse.ArgumentParser:
+    remote = argparse.ArgumentParser(add_help=False)
+    env = os.environ.get
+    remote.add_argument(
+        "--server", default=env("PARTIALFLOW_SERVER", DEFAULT_SERVER),
+        help=f"server address (default $PARTIALFLOW_SERVER or {DEFAULT_SERVER})",
+    )
+    remote.add_argument("--timeout", type=float, default=30.0, help="seconds per call")
+    remote.add_argument(
+        "--token", default=env("PARTIALFLOW_TOKEN") or None,
+        help="bearer token for a server with --auth-token (default $PARTIALFLOW_TOKEN)",
+    )
+    remote.add_argument(
+        "--tls-ca", default=env("PARTIALFLOW_TLS_CA") or None, metavar="FILE",
+        help="connect with TLS, trusting this PEM CA/certificate (default $PARTIALFLOW_TLS_CA)",
+    )
+    remote.add_argument(
+        "--tls", action="store_true", help="connect with TLS, trusting the system's CAs"
+    )
+    remote.add_argument(
+        "--tls-server-name", default=None, metavar="NAME",
+        help="the name the server's certificate must carry, if not the --server host",
+    )
+    return remote
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command-line grammar (exposed for tests and docs)."""
     parser = argparse.ArgumentParser(
         prog="partialflow", description="partialflow server and client"
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_serve(commands)
+    remote = _remote_options()
 
-    serve = commands.add_parser("serve", help="run a server")
-    serve.add_argument("--data", required=True, help="data directory (created if missing)")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=50051, help="0 picks a free port")
-    serve.add_argument("--memory-limit", type=_size, default=None, help="e.g. 64MB, 1GB, 12345")
-    serve.add_argument("--spark-master", default="local[2]")
-    serve.set_defaults(run=_serve, remote=False)
+    def command(name: str, run: Callable[..., int], help: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, parents=[remote], help=help, description=help)
+        sub.set_defaults(run=run, remote=True)
+        return sub
 
-    remote = argparse.ArgumentParser(add_help=False)
-    remote.add_argument(
-        "--server",
-        default=os.environ.get("PARTIALFLOW_SERVER", DEFAULT_SERVER),
-        help=f"server address (default $PARTIALFLOW_SERVER or {DEFAULT_SERVER})",
-    )
-    remote.add_argument("--timeout", type=float, default=30.0, help="seconds per call")
-
-    sql = commands.add_parser("sql", parents=[remote], help="run one SQL statement")
-    sql.add_argument("statement")
+    sql = command("sql", _sql, "run SQL: one statement, a script on stdin, or a shell")
+    sql.add_argument("statement", nargs="?", help="omit for a shell (or a script on stdin)")
     sql.add_argument("--as-of", type=int, default=None, help="run a SELECT as of this LSN")
-    sql.set_defaults(run=_sql, remote=True)
 
-    lookup = commands.add_parser("lookup", parents=[remote], help="read a view by key")
+    lookup = command("lookup", _lookup, "read a view by key")
     lookup.add_argument("view")
     lookup.add_argument("key", nargs="*", help="parameter values (JSON scalars or text)")
     lookup.add_argument(
         "--min-lsn", type=int, default=None, help="wait until the view has this LSN"
     )
-    lookup.set_defaults(run=_lookup, remote=True)
 
-    stats = commands.add_parser("stats", parents=[remote], help="print server statistics (JSON)")
-    stats.set_defaults(run=_stats, remote=True)
+    stats = command("stats", _stats, "print server statistics as tables")
+    stats.add_argument("--json", action="store_true", help="print JSON instead")
 
-    explain = commands.add_parser("explain", parents=[remote], help="print a view's dataflow graph")
+    explain = command("explain", _explain, "print a view's dataflow graph as a tree")
     explain.add_argument("view")
     explain.add_argument("--dot", action="store_true", help="Graphviz DOT instead of a text tree")
-    explain.set_defaults(run=_explain, remote=True)
+
+    graph = command("graph", _graph, "print a view's dataflow graph as Graphviz DOT")
+    graph.add_argument("view")
+    graph.add_argument("--png", metavar="FILE", help="render it to a PNG file (needs `dot`)")
+
+    load = command("load", _load, "bulk-load a Parquet or CSV file as one atomic write")
+    load.add_argument("table")
+    load.add_argument("path", help="read by the server's Spark (local paths made absolute)")
+    load.add_argument(
+        "--format", choices=("parquet", "csv"), default=None,
+        help="default: csv for *.csv, else parquet",
+    )
+    load.add_argument("--header", action="store_true", help="CSV: the first line names columns")
+    load.add_argument("--force", action="store_true", help="load even if loaded before")
+    load.add_argument(
+        "--option", action="append", default=[], metavar="KEY=VALUE",
+        help="a Spark reader option (repeatable), e.g. sep=;",
+    )
+
+    compact = command("compact", _compact, "compact one table's segments, or all tables'")
+    compact.add_argument("table", nargs="?")
     return parser
 
 
@@ -173,13 +271,22 @@ def main(argv: list[str] | None = None) -> int:
     if not args.remote:
         return args.run(args)
     from partialflow.client import Client, PartialflowError
+    from partialflow.client.shell import error_line
 
     try:
-        with Client(args.server, timeout=args.timeout) as client:
+        with Client(
+            args.server, timeout=args.timeout, token=args.token, tls_ca=args.tls_ca,
+            tls=args.tls, tls_server_name=args.tls_server_name,
+        ) as client:
             return args.run(client, args)
     except PartialflowError as err:
-        print(f"error: {err.code.name}: {err}", file=sys.stderr)
-        return 1
+        print(error_line(err), file=sys.stderr)
+    except (CommandError, OSError) as err:
+        print(f"error: {err}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    return 1
 
 
 if __name__ == "__main__":

@@ -11,13 +11,14 @@ own writes. Historical reads (``query(..., as_of=...)``) neither use nor raise t
 from __future__ import annotations
 
 import threading
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import grpc
 from google.protobuf import json_format
-from partialflow.client.errors import InvalidArgument, error_from_rpc
+from partialflow.client.errors import InvalidArgument, PartialflowError, error_from_rpc
 from partialflow.proto import partialflow_pb2 as pb
 from partialflow.proto import partialflow_pb2_grpc as pb_grpc
 from partialflow.proto.values import add_rows, decode_batch, decode_rows, fill_batch, make_key
@@ -43,6 +44,36 @@ class Result:
 
     def __len__(self) -> int:
         return len(self.rows)
+
+
+@dataclass
+class LoadProgress:
+    """One progress event of a bulk load (``phase``: scan, convert, write, done)."""
+
+    phase: str
+    done: int = 0
+    total: int = 0
+    message: str = ""
+    lsn: int = 0
+    rows: int = 0
+
+
+@dataclass
+class LoadResult:
+    """A finished bulk load: the LSN of its one write and how many rows it added."""
+
+    lsn: int
+    rows: int
+
+
+def _pem(tls_ca: str | bytes | Path) -> bytes:
+    """CA certificates as PEM bytes, given as bytes or as the path of a PEM file."""
+    if isinstance(tls_ca, bytes):
+        return tls_ca
+    try:
+        return Path(tls_ca).read_bytes()
+    except OSError as err:
+        raise InvalidArgument(f"cannot read the TLS CA file {tls_ca}: {err.strerror}") from None
 
 
 def _key_tuple(key: Any) -> tuple:
@@ -80,12 +111,37 @@ def _plain(obj: Any) -> Any:
 
 
 class Client:
-    """A connection to a partialflow server (thread-safe; share one per process)."""
+    """A connection to a partialflow server (thread-safe; share one per process).
 
-    def __init__(self, target: str = "127.0.0.1:50051", *, timeout: float = 30.0) -> None:
+    ``token`` is sent as ``authorization: Bearer <token>`` on every call (servers started
+    with ``--auth-token`` require it). ``tls_ca`` (a PEM file's path, or PEM bytes) turns on
+    TLS and trusts that CA; ``tls=True`` turns on TLS with the system's trusted roots.
+    ``tls_server_name`` overrides the name the server's certificate must carry (when the
+    target is an address its certificate does not list).
+    """
+
+    def __init__(
+        self,
+        target: str = "127.0.0.1:50051",
+        *,
+        timeout: float = 30.0,
+        token: str | None = None,
+        tls_ca: str | bytes | Path | None = None,
+        tls: bool = False,
+        tls_server_name: str | None = None,
+    ) -> None:
         self.target = target
         self.timeout = timeout
-        self._channel = grpc.insecure_channel(target, options=CHANNEL_OPTIONS)
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else None
+        options = list(CHANNEL_OPTIONS)
+        if tls_server_name:
+            options.append(("grpc.ssl_target_name_override", tls_server_name))
+        if tls or tls_ca is not None or tls_server_name:
+            roots = _pem(tls_ca) if tls_ca is not None else None
+            credentials = grpc.ssl_channel_credentials(root_certificates=roots)
+            self._channel = grpc.secure_channel(target, credentials, options=options)
+        else:
+            self._channel = grpc.insecure_channel(target, options=options)
         self._stub = pb_grpc.PartialflowStub(self._channel)
         self._floor = 0
         self._floor_lock = threading.Lock()
@@ -94,7 +150,7 @@ class Client:
 
     def _call(self, method: Any, request: Any) -> Any:
         try:
-            return method(request, timeout=self.timeout)
+            return method(request, timeout=self.timeout, metadata=self._metadata)
         except grpc.RpcError as err:
             raise error_from_rpc(err) from None
 
@@ -246,9 +302,53 @@ class Client:
             request.table = table
         return _plain(json_format.MessageToDict(self._call(self._stub.Compact, request)))
 
+    def load(
+        self,
+        table: str,
+        path: str,
+        *,
+        format: str = "parquet",
+        header: bool = False,
+        force: bool = False,
+        options: Mapping[str, str] | None = None,
+        progress: Callable[[LoadProgress], None] | None = None,
+        timeout: float | None = None,
+    ) -> LoadResult:
+        """Bulk-load a Parquet or CSV file into ``table`` as one atomic write.
+
+        ``path`` is read by the server's Spark (a path on the server's machine, or any URL
+        Spark can read). Loading a file that was loaded before (same path, size and
+        modification time) is refused with AlreadyExists unless ``force``. ``progress`` is
+        called with each LoadProgress. No deadline unless ``timeout`` is given: big files
+        take long, and the server streams progress meanwhile.
+        """
+        request = pb.LoadRequest(
+            table=table, path=path, format=format, header=header, force=force,
+            options=dict(options or {}),
+        )
+        result: LoadResult | None = None
+        stream = self._stub.Load(request, timeout=timeout, metadata=self._metadata)
+        try:
+            for message in stream:
+                event = LoadProgress(
+                    message.phase, message.done, message.total, message.message,
+                    message.lsn, message.rows,
+                )
+                if progress is not None:
+                    progress(event)
+                if event.phase == "done":
+                    result = LoadResult(event.lsn, event.rows)
+        except grpc.RpcError as err:
+            raise error_from_rpc(err) from None
+        finally:
+            stream.cancel()  # a no-op when the stream ended; stops the load on KeyboardInterrupt
+        if result is None:
+            raise PartialflowError("the load ended without a result", grpc.StatusCode.UNKNOWN)
+        return result
+
     def ping(self) -> None:
         """A no-op round trip (measures the transport alone)."""
         self._call(self._stub.Ping, pb.PingRequest())
 
 
-__all__ = ["Client", "Result"]
+__all__ = ["Client", "LoadProgress", "LoadResult", "Result"]

@@ -202,6 +202,45 @@ class CompactRequest(_message.Message):
     table: str
     def __init__(self, table: _Optional[str] = ...) -> None: ...
 
+class LoadRequest(_message.Message):
+    __slots__ = ("table", "path", "format", "header", "force", "options")
+    class OptionsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    TABLE_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
+    OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    table: str
+    path: str
+    format: str
+    header: bool
+    force: bool
+    options: _containers.ScalarMap[str, str]
+    def __init__(self, table: _Optional[str] = ..., path: _Optional[str] = ..., format: _Optional[str] = ..., header: _Optional[bool] = ..., force: _Optional[bool] = ..., options: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class LoadProgress(_message.Message):
+    __slots__ = ("phase", "done", "total", "message", "lsn", "rows")
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    LSN_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    phase: str
+    done: int
+    total: int
+    message: str
+    lsn: int
+    rows: int
+    def __init__(self, phase: _Optional[str] = ..., done: _Optional[int] = ..., total: _Optional[int] = ..., message: _Optional[str] = ..., lsn: _Optional[int] = ..., rows: _Optional[int] = ...) -> None: ...
+
 class PingRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

@@ -80,6 +80,11 @@ class PartialflowStub:
                 request_serializer=partialflow_dot_proto_dot_partialflow__pb2.CompactRequest.SerializeToString,
                 response_deserializer=google_dot_protobuf_dot_struct__pb2.Struct.FromString,
                 _registered_method=True)
+        self.Load = channel.unary_stream(
+                '/partialflow.v1.Partialflow/Load',
+                request_serializer=partialflow_dot_proto_dot_partialflow__pb2.LoadRequest.SerializeToString,
+                response_deserializer=partialflow_dot_proto_dot_partialflow__pb2.LoadProgress.FromString,
+                _registered_method=True)
         self.Ping = channel.unary_unary(
                 '/partialflow.v1.Partialflow/Ping',
                 request_serializer=partialflow_dot_proto_dot_partialflow__pb2.PingRequest.SerializeToString,
@@ -145,6 +150,12 @@ class PartialflowServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Load(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Ping(self, request, context):
         """Does nothing: measures the transport's own round trip for benchmarks.
         """
@@ -199,6 +210,11 @@ def add_PartialflowServicer_to_server(servicer, server):
                     servicer.Compact,
                     request_deserializer=partialflow_dot_proto_dot_partialflow__pb2.CompactRequest.FromString,
                     response_serializer=google_dot_protobuf_dot_struct__pb2.Struct.SerializeToString,
+            ),
+            'Load': grpc.unary_stream_rpc_method_handler(
+                    servicer.Load,
+                    request_deserializer=partialflow_dot_proto_dot_partialflow__pb2.LoadRequest.FromString,
+                    response_serializer=partialflow_dot_proto_dot_partialflow__pb2.LoadProgress.SerializeToString,
             ),
             'Ping': grpc.unary_unary_rpc_method_handler(
                     servicer.Ping,
@@ -449,6 +465,33 @@ class Partialflow:
             '/partialflow.v1.Partialflow/Compact',
             partialflow_dot_proto_dot_partialflow__pb2.CompactRequest.SerializeToString,
             google_dot_protobuf_dot_struct__pb2.Struct.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Load(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/partialflow.v1.Partialflow/Load',
+            partialflow_dot_proto_dot_partialflow__pb2.LoadRequest.SerializeToString,
+            partialflow_dot_proto_dot_partialflow__pb2.LoadProgress.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,9 +1,19 @@
-"""Server configuration: one frozen dataclass, built by the CLI or by tests."""
+"""Server configuration: one frozen dataclass, built by the CLI or by tests.
+
+``SERVE_OPTIONS`` lists every ``partialflow serve`` flag with the environment variable that
+can stand in for it (``--memory-limit`` <- ``PARTIALFLOW_MEMORY_LIMIT``); the CLI builds its
+parser from that table and ``resolve_config`` applies the precedence flag > environment >
+default, so the README table, the parser and the code cannot drift apart.
+"""
 
 from __future__ import annotations
 
+import logging
+import os
 import re
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 _UNITS = {
     "": 1,
@@ -22,6 +32,8 @@ _UNITS = {
     "tib": 1024**4,
 }
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+LOG_FORMATS = ("logfmt", "json")
 
 
 def parse_size(text: str | int) -> int:
@@ -49,6 +61,7 @@ class Config:
     """Everything a server needs to start; defaults are the embedded single-machine setup."""
 
     data_dir: str
+    # Loopback by default: the server is reachable from other machines only when asked.
     host: str = "127.0.0.1"
     port: int = 50051
     memory_limit: int | None = None
@@ -66,11 +79,187 @@ class Config:
     # Seconds in-flight calls get to finish on SIGTERM before they are cancelled.
     grace: float = 5.0
     max_message_bytes: int = 512 * 1024 * 1024
+    # TLS: PEM files of the server's certificate (chain) and private key; both or neither.
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    # Bearer token every RPC but health must carry; kept out of repr so it never hits a log.
+    auth_token: str | None = field(default=None, repr=False)
+    # Prometheus endpoint on the same host: None = off, 0 = a free port.
+    metrics_port: int | None = None
+    log_level: str = "INFO"
+    log_format: str = "logfmt"
 
     def __post_init__(self) -> None:
         if not self.data_dir:
             raise ValueError("data_dir is required")
-        if not 0 <= self.port <= 65535:
-            raise ValueError(f"invalid port {self.port}: must be 0..65535 (0 picks a free one)")
+        for name in ("port", "metrics_port"):
+            value = getattr(self, name)
+            if value is not None and not 0 <= value <= 65535:
+                raise ValueError(f"invalid {name} {value}: must be 0..65535 (0 picks a free one)")
         if self.memory_limit is not None and self.memory_limit <= 0:
             raise ValueError(f"invalid memory limit {self.memory_limit}: must be positive")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("TLS needs both a certificate (--tls-cert) and a key (--tls-key)")
+        if self.auth_token is not None and not self.auth_token.strip():
+            raise ValueError("the auth token is empty")
+        if self.log_level.upper() not in LOG_LEVELS:
+            raise ValueError(f"invalid log level {self.log_level!r}; use {', '.join(LOG_LEVELS)}")
+        if self.log_format not in LOG_FORMATS:
+            raise ValueError(
+                f"invalid log format {self.log_format!r}; use {', '.join(LOG_FORMATS)}"
+            )
+        for name in ("workers", "flush_rows", "max_segments"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"invalid {name} {getattr(self, name)}: must be positive")
+        for name in ("upquery_timeout", "flush_interval", "grace"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"invalid {name} {getattr(self, name)}: must not be negative")
+
+    @property
+    def tls(self) -> bool:
+        return self.tls_cert is not None
+
+
+# -- the serve flags ---------------------------------------------------------------------
+
+
+def _level(text: str) -> str:
+    level = text.strip().upper()
+    if level not in LOG_LEVELS:
+        raise ValueError(f"invalid log level {text!r}; use one of {', '.join(LOG_LEVELS)}")
+    return level
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"expected a whole number, got {text!r}") from None
+
+
+def _float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"expected a number, got {text!r}") from None
+
+
+def _choice(*allowed: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if text not in allowed:
+            raise ValueError(f"invalid choice {text!r}; use one of {', '.join(allowed)}")
+        return text
+
+    return parse
+
+
+@dataclass(frozen=True)
+class Option:
+    """One ``serve`` flag: its Config field, how its text parses, and its help."""
+
+    flag: str
+    field: str
+    parse: Callable[[str], Any]
+    help: str
+    metavar: str | None = None
+
+    @property
+    def env(self) -> str:
+        """The environment variable read when the flag is absent."""
+        return "PARTIALFLOW_" + self.flag.lstrip("-").upper().replace("-", "_")
+
+
+SERVE_OPTIONS: tuple[Option, ...] = (
+    Option("--data", "data_dir", str, "data directory (created if missing); required", "DIR"),
+    Option("--host", "host", str, "address to listen on (default 127.0.0.1: this machine only)"),
+    Option("--port", "port", _int, "gRPC port (default 50051; 0 picks a free one)"),
+    Option("--memory-limit", "memory_limit", parse_size, "state memory limit, e.g. 64MB, 1GB",
+           "SIZE"),
+    Option("--spark-master", "spark_master", str, "any Spark master (default local[2])",
+           "MASTER"),
+    Option("--tls-cert", "tls_cert", str, "PEM certificate (chain): serve TLS", "FILE"),
+    Option("--tls-key", "tls_key", str, "PEM private key of --tls-cert", "FILE"),
+    Option("--auth-token", "auth_token", str, "require 'authorization: Bearer TOKEN' on every "
+           "RPC but health", "TOKEN"),
+    Option("--auth-token-file", "auth_token_file", str, "read the token from FILE (first line)",
+           "FILE"),
+    Option("--metrics-port", "metrics_port", _int, "serve Prometheus metrics at "
+           "http://HOST:PORT/metrics (default off; 0 picks a free port)", "PORT"),
+    Option("--log-level", "log_level", _level, "DEBUG, INFO (default), WARNING or ERROR",
+           "LEVEL"),
+    Option("--log-format", "log_format", _choice(*LOG_FORMATS), "logfmt (default: key=value) "
+           "or json (one object per line)", "FORMAT"),
+    Option("--workers", "workers", _int, "gRPC handler threads (default 64)", "N"),
+    Option("--upquery-timeout", "upquery_timeout", _float, "seconds a lookup waits for a fill "
+           "(default 60)", "SECONDS"),
+    Option("--flush-rows", "flush_rows", _int, "flush logged writes to Parquet at this many "
+           "rows (default 20000)", "N"),
+    Option("--flush-interval", "flush_interval", _float, "...or this often (default 1.0 s)",
+           "SECONDS"),
+    Option("--retention-lsns", "retention_lsns", _int, "as_of reads stay exact this many LSNs "
+           "back (default 1000000)", "N"),
+    Option("--max-segments", "max_segments", _int, "compact a table past this many segments "
+           "(default 16)", "N"),
+    Option("--grace", "grace", _float, "seconds in-flight calls get on SIGTERM (default 5)",
+           "SECONDS"),
+)
+
+
+def read_token_file(path: str) -> str:
+    """The token in ``path``: its first line, stripped (ValueError naming the problem)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            token = f.readline().strip()
+    except OSError as err:
+        raise ValueError(f"cannot read the auth token file {path}: {err.strerror}") from None
+    if not token:
+        raise ValueError(f"the auth token file {path} is empty")
+    return token
+
+
+def resolve_config(given: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> Config:
+    """A Config from flag values (``None`` = not given) with the environment filling the gaps.
+
+    ``given`` maps option fields to parsed flag values. Precedence: flag, then
+    ``PARTIALFLOW_*`` variable, then the Config default. The token and the token file are
+    one setting (a flag for either beats a variable for either; both at once is refused).
+    A bad variable raises ValueError naming it; so does a missing data directory.
+    """
+    environ = os.environ if environ is None else environ
+    flags = {k: v for k, v in given.items() if v is not None}
+    env: dict[str, Any] = {}
+    for option in SERVE_OPTIONS:
+        text = environ.get(option.env, "")
+        if text != "":
+            try:
+                env[option.field] = option.parse(text)
+            except ValueError as err:
+                raise ValueError(f"{option.env}={text!r}: {err}") from None
+    token = _token(flags, "--auth-token and --auth-token-file")
+    if token is None:
+        token = _token(env, "PARTIALFLOW_AUTH_TOKEN and PARTIALFLOW_AUTH_TOKEN_FILE")
+    values = {**env, **flags}
+    values.pop("auth_token_file", None)
+    values.pop("auth_token", None)
+    if token is not None:
+        values["auth_token"] = token
+    values = {k: v for k, v in values.items() if k in _FIELDS}
+    if "data_dir" not in values:
+        raise ValueError("a data directory is required: --data DIR or PARTIALFLOW_DATA")
+    return Config(**values)
+
+
+_FIELDS = {f for f in Config.__dataclass_fields__}
+
+
+def _token(source: Mapping[str, Any], both: str) -> str | None:
+    if "auth_token" in source and "auth_token_file" in source:
+        raise ValueError(f"give one of {both}, not both")
+    if "auth_token_file" in source:
+        return read_token_file(source["auth_token_file"])
+    return source.get("auth_token")
+
+
+def log_level_number(level: str) -> int:
+    """``logging``'s number for one of LOG_LEVELS."""
+    return logging.getLevelName(level.upper())

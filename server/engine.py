@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import sqlglot
 import sqlglot.errors
 import sqlglot.expressions as exp
+from partialflow.server.bulk import BulkLoader, Progress
 from partialflow.server.config import Config
 from partialflow.server.errors import AlreadyExists, InvalidArgument, NotFound, Unavailable
 from partialflow.server.storage import Column, Storage, TableSchema, normalize_type
@@ -180,6 +183,7 @@ class Engine:
         self.storage.open()
         self.dataflow: Any = None
         try:
+            self.loader = BulkLoader(self.storage, spark, config.data_dir)
             if Dataflow is not None:
                 self.dataflow = Dataflow(
                     self.storage,
@@ -191,6 +195,9 @@ class Engine:
         except BaseException:
             self.storage.close()
             raise
+        # Write throughput for stats and metrics: storage counts LSNs, not rows.
+        self._writes: Counter[str] = Counter()
+        self._writes_lock = threading.Lock()
         self._closed = False
 
     def close(self) -> None:
@@ -224,10 +231,32 @@ class Engine:
             return self._drop(node)
         if isinstance(node, exp.Insert):
             return self._insert(node)
+        if isinstance(node, exp.Command) and str(node.this).upper() == "EXPLAIN":
+            return self._explain(node)
         raise InvalidArgument(
             f"unsupported statement {statement_kind(node)}; expected CREATE TABLE, CREATE VIEW, "
-            "DROP TABLE, DROP VIEW, INSERT ... VALUES or SELECT"
+            "DROP TABLE, DROP VIEW, INSERT ... VALUES, SELECT or EXPLAIN"
         )
+
+    def _explain(self, node: exp.Command) -> ResultSet:
+        """``EXPLAIN CREATE VIEW v AS ...`` (a dry run) or ``EXPLAIN v`` (an existing view):
+        the dataflow tree, one line per row of a single ``plan`` column."""
+        rest = node.expression.this if isinstance(node.expression, exp.Literal) else ""
+        target = parse_statement(rest) if rest.strip() else None
+        if isinstance(target, exp.Create) and target.args.get("kind") == "VIEW":
+            name = _simple_name(target.this, "EXPLAIN CREATE VIEW")
+            query = target.args.get("expression")
+            if not isinstance(query, exp.Query):
+                raise InvalidArgument(f"EXPLAIN CREATE VIEW {name}: expected AS SELECT ...")
+            text = self._views().explain_create(name, query.sql())
+        elif isinstance(target, exp.Column) and not target.table:
+            text, _ = self.explain(target.name)
+        else:
+            raise InvalidArgument(
+                "EXPLAIN takes CREATE VIEW name AS SELECT ... (a dry run) or a view's name"
+            )
+        lines = text.rstrip("\n").splitlines()
+        return ResultSet(["plan"], [(line,) for line in lines], self.storage.last_lsn)
 
     def _done(self) -> ResultSet:
         return ResultSet([], [], self.storage.last_lsn)
@@ -273,6 +302,8 @@ class Engine:
                 if self.dataflow is not None:
                     self.dataflow.check_drop_table(name)
                 self.storage.drop_table(name)
+                # A table made again under this name starts empty: its files may load again.
+                self.loader.forget_table(name)
         except NotFound:
             if not node.args.get("exists"):
                 raise
@@ -315,7 +346,39 @@ class Engine:
         deletes: Sequence[Sequence[Any]] = (),
     ) -> int:
         """One atomic, durable write; returns its LSN."""
-        return self.storage.write(table, inserts=inserts, deletes=deletes)
+        lsn = self.storage.write(table, inserts=inserts, deletes=deletes)
+        with self._writes_lock:
+            self._writes["writes"] += 1
+            self._writes["rows_inserted"] += len(inserts)
+            self._writes["rows_deleted"] += len(deletes)
+        return lsn
+
+    def load(
+        self,
+        table: str,
+        path: str,
+        *,
+        fmt: str = "parquet",
+        header: bool = False,
+        force: bool = False,
+        options: Mapping[str, str] | None = None,
+        active: Callable[[], bool] = lambda: True,
+    ) -> Iterator[Progress]:
+        """Bulk-load a Parquet or CSV file (read by Spark) as one atomic write; yields
+        progress, the last event carrying the LSN. See ``partialflow.server.bulk``."""
+        events = self.loader.load(
+            table, path, self._load_write, fmt=fmt, header=header, force=force,
+            options=options, active=active,
+        )
+        for event in events:
+            if event.phase == "done":
+                with self._writes_lock:
+                    self._writes["loads"] += 1
+                    self._writes["load_rows"] += event.rows
+            yield event
+
+    def _load_write(self, table: str, rows: list[tuple]) -> int:
+        return self.write(table, inserts=rows)
 
     def insert(self, table: str, rows: Sequence[Sequence[Any]]) -> int:
         """Insert rows atomically; returns the LSN."""
@@ -377,12 +440,16 @@ class Engine:
         return self.storage.compact(table)
 
     def stats(self) -> dict:
-        """Dataflow statistics (per view under ``views``) plus ``lsn``, ``memory_limit`` and
-        ``storage``."""
+        """Dataflow statistics (per view under ``views``) plus ``lsn``, ``applied_lsn``,
+        ``memory_limit``, ``storage`` and ``writes`` (writes, rows, bulk loads)."""
         result: dict[str, Any] = {"views": {}}
         if self.dataflow is not None:
             result.update(self.dataflow.stats())
+        # ``lsn`` is the last durable write; ``applied_lsn`` how far the views have got.
+        result["applied_lsn"] = result.get("lsn", self.storage.last_lsn)
         result["lsn"] = self.storage.last_lsn
         result["memory_limit"] = self.config.memory_limit
         result["storage"] = self.storage.stats()
+        with self._writes_lock:
+            result["writes"] = dict(self._writes)
         return result

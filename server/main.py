@@ -17,9 +17,12 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from partialflow.proto import partialflow_pb2_grpc as pb_grpc
+from partialflow.server.auth import TokenAuthInterceptor, server_credentials
 from partialflow.server.config import Config
 from partialflow.server.engine import Engine
 from partialflow.server.errors import PartialflowError, Unavailable
+from partialflow.server.logs import setup_logging
+from partialflow.server.metrics import Metrics
 from partialflow.server.service import SERVICE_NAME, PartialflowServicer
 from partialflow.server.testhooks import add_test_hooks
 
@@ -31,6 +34,8 @@ class _Wiring:
     engine: Engine
     health: health.HealthServicer
     owns_engine: bool
+    metrics: Metrics | None = None
+    metrics_port: int | None = None
 
 
 # What stop_server needs to know about each server create_server made.
@@ -44,7 +49,11 @@ def _address(host: str, port: int) -> str:
 def _bind(server: grpc.Server, config: Config) -> int:
     address = _address(config.host, config.port)
     try:
-        port = server.add_insecure_port(address)
+        if config.tls:
+            credentials = server_credentials(config.tls_cert, config.tls_key)
+            port = server.add_secure_port(address, credentials)
+        else:
+            port = server.add_insecure_port(address)
     except RuntimeError as err:  # grpc raises on failure in recent releases
         raise Unavailable(f"cannot listen on {address}: {err}") from None
     if port == 0:  # older releases return 0
@@ -61,10 +70,14 @@ def create_server(
     starts. Without ``engine`` one is made from ``config`` (starting Spark unless ``spark``
     is given) and is closed by ``stop_server``; a given engine stays the caller's to close.
     Health reports SERVING for the server and for ``partialflow.v1.Partialflow`` because
-    the engine is ready by the time this returns.
+    the engine is ready by the time this returns. With ``config.tls_cert`` the port speaks
+    TLS only; with ``config.auth_token`` every call but health needs the bearer token; with
+    ``config.metrics_port`` Prometheus metrics are served (see ``metrics_port_of``).
     """
+    interceptors = [TokenAuthInterceptor(config.auth_token)] if config.auth_token else []
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="rpc"),
+        interceptors=interceptors,
         options=[
             ("grpc.max_send_message_length", config.max_message_bytes),
             ("grpc.max_receive_message_length", config.max_message_bytes),
@@ -75,6 +88,8 @@ def create_server(
     )
     port = _bind(server, config)
     owns_engine = engine is None
+    metrics: Metrics | None = None
+    metrics_port: int | None = None
     try:
         if engine is None:
             if spark is None:
@@ -88,20 +103,32 @@ def create_server(
         health_pb2_grpc.add_HealthServicer_to_server(checker, server)
         services = (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name)
         reflection.enable_server_reflection((*services, reflection.SERVICE_NAME), server)
+        if config.metrics_port is not None:
+            metrics = Metrics(engine)
+            metrics_port = metrics.serve(
+                config.host, config.metrics_port, config.tls_cert, config.tls_key
+            )
         for service in ("", SERVICE_NAME):
             checker.set(service, health_pb2.HealthCheckResponse.SERVING)
     except BaseException:
         server.stop(None)
+        if metrics is not None:
+            metrics.close()
         if owns_engine and engine is not None:
             engine.close()
         raise
-    _WIRING[server] = _Wiring(engine, checker, owns_engine)
+    _WIRING[server] = _Wiring(engine, checker, owns_engine, metrics, metrics_port)
     return server, port
 
 
 def engine_of(server: grpc.Server) -> Engine:
     """The engine behind a server made by ``create_server``."""
     return _WIRING[server].engine
+
+
+def metrics_port_of(server: grpc.Server) -> int | None:
+    """The port the server's Prometheus endpoint listens on (None when metrics are off)."""
+    return _WIRING[server].metrics_port
 
 
 def stop_server(server: grpc.Server, grace: float | None = 5.0) -> None:
@@ -111,6 +138,8 @@ def stop_server(server: grpc.Server, grace: float | None = 5.0) -> None:
     if wiring is not None:
         wiring.health.enter_graceful_shutdown()
     server.stop(grace).wait()
+    if wiring is not None and wiring.metrics is not None:
+        wiring.metrics.close()
     if wiring is not None and wiring.owns_engine:
         wiring.engine.close()
 
@@ -118,13 +147,10 @@ def stop_server(server: grpc.Server, grace: float | None = 5.0) -> None:
 def serve(config: Config) -> int:
     """Run a server until SIGTERM or SIGINT, then shut down cleanly; returns the exit code.
 
-    Prints ``listening on HOST:PORT`` (flushed) once it accepts calls and is SERVING.
+    Prints ``listening on HOST:PORT`` (flushed) once it accepts calls and is SERVING, after
+    ``metrics on http[s]://HOST:PORT/metrics`` when metrics are on. Logs go to stderr.
     """
-    logging.basicConfig(
-        level=logging.INFO,
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    setup_logging(config.log_level, config.log_format)
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: Any) -> None:
@@ -143,8 +169,21 @@ def serve(config: Config) -> int:
     spark = engine_of(server).spark
     if not stop.is_set():  # a signal during start-up: stop without ever serving
         server.start()
-        print(f"listening on {config.host}:{port}", flush=True)
-        log.info("serving data in %s on %s:%d", config.data_dir, config.host, port)
+        metrics_port = metrics_port_of(server)
+        if metrics_port is not None:
+            scheme = "https" if config.tls else "http"
+            print(f"metrics on {scheme}://{_address(config.host, metrics_port)}/metrics")
+        print(f"listening on {_address(config.host, port)}", flush=True)
+        log.info(
+            "serving",
+            extra={
+                "data": config.data_dir,
+                "address": _address(config.host, port),
+                "tls": config.tls,
+                "auth": config.auth_token is not None,
+                "metrics_port": metrics_port,
+            },
+        )
     while not stop.wait(0.5):  # a timed wait keeps the main thread responsive to signals
         pass
     stop_server(server, config.grace)

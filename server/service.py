@@ -43,6 +43,26 @@ def _rpc(method: Callable[..., Any]) -> Callable[..., Any]:
     return handler
 
 
+def _rpc_stream(method: Callable[..., Any]) -> Callable[..., Any]:
+    """``_rpc`` for server-streaming methods: errors raised while iterating end the stream
+    with their status."""
+
+    @functools.wraps(method)
+    def handler(self: PartialflowServicer, request: Any, context: grpc.ServicerContext) -> Any:
+        try:
+            yield from method(self, request, context)
+        except PartialflowError as err:
+            context.abort(err.code, str(err))
+        except Exception as err:
+            log.exception("internal error in %s", method.__name__)
+            context.abort(
+                grpc.StatusCode.INTERNAL,
+                f"internal error in {method.__name__}: {type(err).__name__}: {err}",
+            )
+
+    return handler
+
+
 def _jsonable(obj: Any) -> Any:
     """Stats and compaction reports as values a protobuf Struct can hold."""
     if isinstance(obj, dict):
@@ -155,6 +175,27 @@ class PartialflowServicer(pb_grpc.PartialflowServicer):
     ) -> struct_pb2.Struct:
         table = request.table if request.HasField("table") else None
         return to_struct(self.engine.compact(table))
+
+    @_rpc_stream
+    def Load(self, request: pb.LoadRequest, context: grpc.ServicerContext) -> Any:
+        events = self.engine.load(
+            request.table,
+            request.path,
+            fmt=request.format,
+            header=request.header,
+            force=request.force,
+            options=dict(request.options),
+            active=context.is_active,
+        )
+        for event in events:
+            yield pb.LoadProgress(
+                phase=event.phase,
+                done=event.done,
+                total=event.total,
+                message=event.message,
+                lsn=event.lsn,
+                rows=event.rows,
+            )
 
     def Ping(self, request: pb.PingRequest, context: grpc.ServicerContext) -> pb.PingResponse:
         return pb.PingResponse()

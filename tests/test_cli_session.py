@@ -68,7 +68,7 @@ def test_errors_are_one_line_and_exit_1(server, args, code):
 
 
 def test_stats_prints_json_with_the_lsn(server):
-    done = _cli(server, "stats")
+    done = _cli(server, "stats", "--json")
     assert done.returncode == 0, done.stderr
     stats = json.loads(done.stdout)
     assert isinstance(stats["lsn"], int) and "views" in stats and "memory_limit" in stats

@@ -84,13 +84,13 @@ def test_serve_parses_its_options():
             "local[1]",
         ]
     )
-    assert (args.data, args.port, args.memory_limit, args.spark_master) == (
+    assert (args.data_dir, args.port, args.memory_limit, args.spark_master) == (
         "d",
         0,
         64 * 1024**2,
         "local[1]",
     )
-    assert args.host == "127.0.0.1"
+    assert args.host is None  # not given: the environment, then the Config default, decide
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:

@@ -1,0 +1,223 @@
+"""Prometheus metrics: a collector that reads the engine's stats at scrape time, plus the
+upquery latency histogram, served over HTTP by prometheus-client.
+
+Counters and gauges are not kept twice: ``EngineCollector`` turns ``Engine.stats()`` (the
+dataflow's, storage's and the engine's own figures) into metric families when Prometheus
+scrapes. Only the latency histogram needs per-event bookkeeping; the executor reports each
+finished fill to ``observe_upquery`` on its own thread, which costs one bucket increment.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import start_http_server
+from prometheus_client.registry import Collector
+
+from partialflow.server.errors import Unavailable
+
+log = logging.getLogger(__name__)
+
+# Spark upqueries take from a few ms (cached plans, small tables) to minutes (large scans).
+UPQUERY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+
+# Per-view counters in Dataflow.stats()["views"][name] -> (metric, help).
+_VIEW_COUNTERS = {
+    "hits": ("partialflow_view_hits", "Lookups of a view answered from filled state."),
+    "misses": ("partialflow_view_misses", "Lookups of a view that found a hole."),
+    "upqueries": ("partialflow_view_upqueries", "Upqueries (Spark fills) issued for a view."),
+    "evictions": ("partialflow_view_evictions", "Keys evicted from a view's reader."),
+}
+_VIEW_GAUGES = {
+    "keys_filled": ("partialflow_view_keys_filled", "Keys filled in a view's reader."),
+    "memory_bytes": ("partialflow_view_state_bytes", "Bytes of state along a view's graph."),
+}
+# Storage figures in stats()["storage"] -> (metric, help, is a counter).
+_STORAGE = {
+    "flushes": ("partialflow_storage_flushes", "Memtable flushes to Parquet segments.", True),
+    "compactions": ("partialflow_storage_compactions", "Segment compactions.", True),
+    "fsyncs": ("partialflow_wal_fsyncs", "WAL fsyncs (one per commit group).", True),
+    "wal_bytes": ("partialflow_wal_bytes", "Bytes in the write-ahead log.", False),
+    "memtable_rows": ("partialflow_memtable_rows", "Rows logged but not yet flushed.", False),
+    "pinned_snapshots": ("partialflow_pinned_snapshots", "Snapshots held by reads.", False),
+}
+# Dataflow-wide figures that are not counters of executor events.
+_NOT_EVENTS = {
+    "lsn", "memory_limit", "memory_bytes", "partial_bytes", "full_bytes", "views",
+    "upquery_ms", "spark_jobs", "busy_ns", "state_anomalies",
+}
+
+
+def _num(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _counter(name: str, doc: str, value: Any) -> Iterator[Metric]:
+    if _num(value) is not None:
+        yield CounterMetricFamily(name, doc, value=_num(value))
+
+
+def _gauge(name: str, doc: str, value: Any) -> Iterator[Metric]:
+    if _num(value) is not None:
+        yield GaugeMetricFamily(name, doc, value=_num(value))
+
+
+class EngineCollector(Collector):
+    """Metric families from ``engine.stats()``, computed at scrape time."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+
+    def describe(self) -> list[Metric]:
+        # Describing by collecting would run stats() at registration; an empty description
+        # tells the registry not to check names, which is what dynamic collectors do.
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            stats = self.engine.stats()
+        except Exception:  # a scrape must never take the server down; say so instead
+            log.exception("collecting metrics failed")
+            yield GaugeMetricFamily("partialflow_stats_ok", "1 if stats could be read.", value=0)
+            return
+        yield GaugeMetricFamily("partialflow_stats_ok", "1 if stats could be read.", value=1)
+        yield from self._views(stats.get("views") or {})
+        yield from self._lsns(stats)
+        yield from self._memory(stats)
+        yield from self._writes(stats.get("writes") or {})
+        yield from self._storage(stats.get("storage") or {})
+        yield from self._dataflow(stats)
+
+    def _views(self, views: dict) -> Iterator[Metric]:
+        for key, (name, doc) in _VIEW_COUNTERS.items():
+            family = CounterMetricFamily(name, doc, labels=["view"])
+            for view, figures in sorted(views.items()):
+                if _num(figures.get(key)) is not None:
+                    family.add_metric([view], _num(figures[key]))
+            yield family
+        for key, (name, doc) in _VIEW_GAUGES.items():
+            family = GaugeMetricFamily(name, doc, labels=["view"])
+            for view, figures in sorted(views.items()):
+                if _num(figures.get(key)) is not None:
+                    family.add_metric([view], _num(figures[key]))
+            yield family
+
+    def _lsns(self, stats: dict) -> Iterator[Metric]:
+        written = _num(stats.get("lsn"))
+        applied = _num(stats.get("applied_lsn"))
+        yield from _gauge("partialflow_lsn_written", "Last durable write's LSN.", written)
+        yield from _gauge("partialflow_lsn_applied", "Last LSN the dataflow has applied.", applied)
+        flushed = (stats.get("storage") or {}).get("flushed_lsn")
+        yield from _gauge("partialflow_lsn_flushed", "Last LSN flushed to Parquet.", flushed)
+        if written is not None and applied is not None:
+            yield GaugeMetricFamily(
+                "partialflow_freshness_lag_lsns",
+                "Writes durable but not yet reflected in views (written - applied LSN).",
+                value=max(0.0, written - applied),
+            )
+
+    def _memory(self, stats: dict) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            "partialflow_state_bytes", "Bytes of dataflow state by kind.", labels=["kind"]
+        )
+        for kind in ("partial", "full"):
+            if _num(stats.get(f"{kind}_bytes")) is not None:
+                family.add_metric([kind], _num(stats[f"{kind}_bytes"]))
+        yield family
+        yield from _gauge(
+            "partialflow_memory_limit_bytes", "State memory limit (0: none).",
+            stats.get("memory_limit") or 0,
+        )
+
+    def _writes(self, writes: dict) -> Iterator[Metric]:
+        yield from _counter("partialflow_writes", "Acknowledged writes.", writes.get("writes"))
+        rows = CounterMetricFamily(
+            "partialflow_rows_written", "Rows in acknowledged writes.", labels=["op"]
+        )
+        for op in ("insert", "delete"):
+            if _num(writes.get(f"rows_{op}ed")) is not None:
+                rows.add_metric([op], _num(writes[f"rows_{op}ed"]))
+        yield rows
+        yield from _counter("partialflow_bulk_loads", "Completed bulk loads.", writes.get("loads"))
+        yield from _counter(
+            "partialflow_bulk_load_rows", "Rows written by bulk loads.", writes.get("load_rows")
+        )
+
+    def _storage(self, storage: dict) -> Iterator[Metric]:
+        for key, (name, doc, counter) in _STORAGE.items():
+            yield from (_counter if counter else _gauge)(name, doc, storage.get(key))
+
+    def _dataflow(self, stats: dict) -> Iterator[Metric]:
+        yield from _counter("partialflow_spark_jobs", "Spark jobs run for upqueries.",
+                            stats.get("spark_jobs"))
+        busy = _num(stats.get("busy_ns"))
+        if busy is not None:
+            yield CounterMetricFamily(
+                "partialflow_executor_busy_seconds", "Time the executor spent on packets.",
+                value=busy / 1e9,
+            )
+        yield from _gauge("partialflow_state_anomalies", "State consistency anomalies seen.",
+                          stats.get("state_anomalies"))
+        events = CounterMetricFamily(
+            "partialflow_dataflow_events",
+            "Executor events: writes_applied, fills, evictions, memory_evictions, join_misses...",
+            labels=["event"],
+        )
+        for key, value in sorted(stats.items()):
+            if key not in _NOT_EVENTS and _num(value) is not None and key != "applied_lsn":
+                events.add_metric([key], _num(value))
+        yield events
+
+
+class Metrics:
+    """One server's metrics: its own registry (so several servers can share a process), the
+    stats collector, the upquery histogram, and the HTTP endpoint once started."""
+
+    def __init__(self, engine: Any) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(EngineCollector(engine))
+        self.upquery_seconds = Histogram(
+            "partialflow_upquery_duration_seconds",
+            "Time from issuing an upquery to its reply being applied.",
+            labelnames=["view", "outcome"],
+            buckets=UPQUERY_BUCKETS,
+            registry=self.registry,
+        )
+        self._httpd: Any = None
+        self._executor = getattr(getattr(engine, "dataflow", None), "executor", None)
+        if self._executor is not None and hasattr(self._executor, "observers"):
+            self._executor.observers.append(self.observe)
+
+    def observe(self, event: str, fields: dict) -> None:
+        """Executor hook (runs on the executor thread: keep it cheap)."""
+        if event == "upquery":
+            outcome = "ok" if fields.get("ok", True) else "error"
+            self.upquery_seconds.labels(fields.get("view") or "", outcome).observe(
+                float(fields.get("ms", 0.0)) / 1000.0
+            )
+
+    def serve(
+        self, host: str, port: int, certfile: str | None = None, keyfile: str | None = None
+    ) -> int:
+        """Serve ``/metrics`` on ``host:port`` (HTTPS with a cert and key); returns the port."""
+        try:
+            self._httpd, _ = start_http_server(
+                port, addr=host, registry=self.registry, certfile=certfile, keyfile=keyfile
+            )
+        except OSError as err:
+            raise Unavailable(f"cannot serve metrics on {host}:{port}: {err.strerror}") from None
+        return int(self._httpd.server_port)
+
+    def close(self) -> None:
+        """Stop the HTTP endpoint and unhook from the executor (idempotent)."""
+        observers = getattr(self._executor, "observers", None)
+        if observers is not None and self.observe in observers:
+            observers.remove(self.observe)
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
