@@ -101,21 +101,22 @@ class RowIndex:
 
     @property
     def lsn(self) -> int:
-        return int(self.writer.execute("SELECT v FROM meta WHERE k='lsn'").fetchone()[0])
+        return int(self.writer.execute("SELECT v FROM meta WHERE k='lsn'").fetchall()[0][0])
 
-    # -- reads (writers, under the storage lock) --------------------------------------------------
+    # -- reads (writer threads, each on its own connection) ---------------------------------------
     # Every statement takes all its hashes as ONE blob (16 bytes each) split by a recursive CTE,
     # and returns at most one row: one sqlite3_step per call, during which the GIL is released.
-    # executemany/fetchall would re-acquire the GIL per row and convoy behind the writer threads.
+    # executemany or a multi-row result would re-acquire the GIL per row and convoy behind the
+    # writer threads.
     def counts(self, table_id: int, hashes: Sequence[bytes]) -> dict[bytes, int]:
         """Committed copy counts of the given rows (absent rows are left out)."""
         if not hashes:
             return {}
         blob = b"".join(hashes)
-        (res,) = self.reader.execute(
+        ((res,),) = self.reader.execute(
             f"SELECT group_concat(hex(h) || n) FROM r_{int(table_id)} WHERE h IN ({_SPLIT})",
             (blob, len(hashes)),
-        ).fetchone()
+        ).fetchall()  # step to the end: the read transaction must not outlive the call
         if not res:
             return {}
         return {bytes.fromhex(item[:32]): int(item[32:]) for item in res.split(",")}
@@ -124,15 +125,15 @@ class RowIndex:
         """For a PRIMARY KEY table: committed key digest -> row digest, for the given keys."""
         if not keys:
             return {}
-        (res,) = self.reader.execute(
+        ((res,),) = self.reader.execute(
             f"SELECT group_concat(hex(h) || hex(r)) FROM k_{int(table_id)} WHERE h IN ({_SPLIT})",
             (b"".join(keys), len(keys)),
-        ).fetchone()
+        ).fetchall()  # step to the end: the read transaction must not outlive the call
         if not res:
             return {}
         return {bytes.fromhex(x[:32]): bytes.fromhex(x[32:]) for x in res.split(",")}
 
-    # -- writes (committer, under the index lock) -------------------------------------------------
+    # -- writes (indexer thread, under the storage's DDL lock) ------------------------------------
     def begin(self) -> None:
         if not self._in_tx:
             self.writer.execute("BEGIN")
