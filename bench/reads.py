@@ -1,0 +1,181 @@
+"""Reads: the hit path against a no-op RPC, the miss path against bare PySpark, and
+coalescing of concurrent cold reads.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+from common import InProcServer, LoadPool, drive, log, pct, ratio
+
+
+def hit_path(srv: InProcServer, pool: LoadPool, *, view: str, keys: list[Any],
+             seconds: float, batches: list[int], concurrency: list[tuple[int, int]]) -> dict:
+    """Lookups of filled keys vs Ping, at each (processes, threads) and batch size.
+
+    Ping runs right before and right after each lookup configuration; its mean is the
+    baseline, so drifting machine load hits both sides alike.
+    """
+    with srv.client() as c:
+        for i in range(0, len(keys), 5000):
+            c.lookup_many(view, keys[i : i + 5000])  # fill them all first
+        before = c.stats()["views"][view]
+    out: dict[str, Any] = {"view": view, "keys": len(keys), "seconds": seconds, "runs": []}
+    for procs, threads in concurrency:
+        ping_runs = []
+
+        def ping() -> dict:
+            r = drive(pool, srv.address, {"kind": "ping"}, procs=procs, threads=threads,
+                      seconds=seconds, seed=1)
+            ping_runs.append(r)
+            return r
+
+        ping()
+        for batch in batches:
+            op = {"kind": "lookup", "view": view, "batch": batch,
+                  "keys": {"type": "list", "values": keys}}
+            r = drive(pool, srv.address, op, procs=procs, threads=threads, seconds=seconds,
+                      seed=2 + batch)
+            p = ping()
+            base = ping_runs[-2:]
+            ping_cps = statistics.fmean(x["calls_per_s"] for x in base)
+            ping_p50 = statistics.fmean(x["latency_ms"]["p50"] for x in base)
+            ping_p99 = statistics.fmean(x["latency_ms"]["p99"] for x in base)
+            row = {
+                "concurrency": procs * threads, "procs": procs, "threads": threads,
+                "batch": batch, "lookup": r, "ping": p,
+                "ping_calls_per_s": round(ping_cps, 1),
+                "keys_per_s": r["items_per_s"],
+                # >1 means slower than the transport alone: calls/s, then latencies.
+                "slowdown_calls": ratio(ping_cps, r["calls_per_s"]),
+                "slowdown_p50": ratio(r["latency_ms"]["p50"], ping_p50),
+                "slowdown_p99": ratio(r["latency_ms"]["p99"], ping_p99),
+            }
+            out["runs"].append(row)
+            log(f"hit  c={procs * threads:<3} batch={batch:<5} {r['calls_per_s']:>8.0f} calls/s "
+                f"{r['items_per_s']:>9.0f} keys/s  p50 {r['latency_ms']['p50']} ms "
+                f"p99 {r['latency_ms']['p99']} ms | ping {ping_cps:.0f}/s -> "
+                f"x{row['slowdown_calls']} (p50 x{row['slowdown_p50']}, p99 x{row['slowdown_p99']})"
+                + (f"  ERRORS {r['errors']}" if r["errors"] else ""))
+    with srv.client() as c:
+        after = c.stats()["views"][view]
+    out["misses_during"] = after["misses"] - before["misses"]
+    singles = [x for x in out["runs"] if x["batch"] == 1]
+    out["goal"] = {
+        "text": "single-key lookups within 1.5x of a no-op gRPC call (calls/s, p50, p99)",
+        "worst_slowdown": max(
+            max(x["slowdown_calls"] or 0, x["slowdown_p50"] or 0, x["slowdown_p99"] or 0)
+            for x in singles
+        ),
+    }
+    out["goal"]["value"] = f"x{out['goal']['worst_slowdown']}"
+    out["goal"]["met"] = out["goal"]["worst_slowdown"] <= 1.5
+    return out
+
+
+def bare_spark(srv: InProcServer, sql: str, tables: list[str], lsn: int) -> list[tuple]:
+    """``sql`` on the server's own Spark session over the base tables as of ``lsn``: the
+    same snapshot reads (Parquet + unflushed rows, consolidated) a partialflow upquery
+    uses, but the query is plain Spark SQL that Spark plans and optimizes itself."""
+    spark = srv.spark
+    with srv.engine.storage.snapshot(lsn) as snap:
+        for t in tables:
+            snap.table_df(t).createOrReplaceTempView(t)
+        try:
+            return [tuple(r) for r in spark.sql(sql).collect()]
+        finally:
+            for t in tables:
+                spark.catalog.dropTempView(t)
+
+
+def _same(a: list[tuple], b: list[tuple]) -> bool:
+    def norm(rows: list[tuple]) -> list[tuple]:
+        return sorted(tuple(round(v, 6) if isinstance(v, float) else v for v in r) for r in rows)
+
+    return norm(a) == norm(b)
+
+
+def miss_path(srv: InProcServer, *, view: str, sql: str, tables: list[str], keys: list[Any],
+              literal: Any) -> dict:
+    """Cold reads (one key each, one at a time) against bare Spark computing the same rows
+    at the same snapshot, interleaved (alternating which goes first)."""
+    pf: list[float] = []
+    bare: list[float] = []
+    mismatches = 0
+    with srv.client() as c:
+        # Warm both paths once (first Spark job after a pause pays for code generation).
+        warm = keys[0]
+        c.lookup(view, warm)
+        bare_spark(srv, sql.format(key=literal(warm)), tables, c.stats()["lsn"])
+        for i, key in enumerate(keys[1:]):
+            lsn = srv.engine.storage.last_lsn
+
+            def read_pf() -> Any:
+                t0 = time.perf_counter()
+                r = c.lookup(view, key)
+                pf.append(time.perf_counter() - t0)
+                return r
+
+            def read_bare() -> list[tuple]:
+                t0 = time.perf_counter()
+                rows = bare_spark(srv, sql.format(key=literal(key)), tables, lsn)
+                bare.append(time.perf_counter() - t0)
+                return rows
+
+            if i % 2:
+                rows, r = read_bare(), read_pf()
+            else:
+                r, rows = read_pf(), read_bare()
+            if r.lsn != lsn or not _same(r.rows, rows):
+                mismatches += 1
+                log(f"miss {view} {key!r}: partialflow {r.rows} @ {r.lsn} vs Spark {rows} @ {lsn}")
+    out = {
+        "view": view, "trials": len(pf),
+        "cold_read_ms": pct(pf), "bare_spark_ms": pct(bare),
+        "slowdown_p50": ratio(statistics.median(pf), statistics.median(bare)),
+        "rows_differ": mismatches,
+    }
+    out["goal"] = {"text": f"{view}: cold read at most 1.3x bare PySpark (median)",
+                   "value": f"x{out['slowdown_p50']}", "met": out["slowdown_p50"] <= 1.3}
+    log(f"miss {view}: cold p50 {out['cold_read_ms']['p50']} ms vs bare Spark "
+        f"{out['bare_spark_ms']['p50']} ms -> x{out['slowdown_p50']}"
+        + (f"  ROWS DIFFER {mismatches}" if mismatches else ""))
+    return out
+
+
+def coalescing(srv: InProcServer, pool: LoadPool, *, view: str, keys: list[Any],
+               trials: int, fan: int = 64) -> dict:
+    """``fan`` concurrent cold reads of distinct keys vs one cold read, interleaved."""
+    one, many, jobs = [], [], []
+    it = iter(keys)
+    for t in range(trials):
+        k1 = [next(it)]
+        r1 = drive(pool, srv.address, {"kind": "lookup", "view": view,
+                                       "keys": {"type": "each", "values": k1}},
+                   threads=1, calls=1, seed=t)
+        one.append(r1["latency_ms"]["max"] / 1000)
+        ks = [next(it) for _ in range(fan)]
+        before = srv.view_counters(view)
+        r = drive(pool, srv.address, {"kind": "lookup", "view": view,
+                                      "keys": {"type": "each", "values": ks}},
+                  threads=fan, calls=1, seed=100 + t)
+        after = srv.view_counters(view)
+        if r["errors"]:
+            log(f"coalescing: {r['errors']} errors: {r.get('error_samples')}")
+        # All reads start together; the batch is done when the slowest one returns.
+        many.append(r["latency_ms"]["max"] / 1000)
+        jobs.append(after["upqueries"] - before["upqueries"])
+    out = {
+        "view": view, "fan": fan, "trials": trials,
+        "one_cold_read_ms": pct(one), "all_concurrent_done_ms": pct(many),
+        "upqueries_per_batch": jobs,
+        "slowdown": ratio(statistics.median(many), statistics.median(one)),
+    }
+    out["goal"] = {"text": f"{view}: {fan} concurrent cold reads at most 2x one cold read",
+                   "value": f"x{out['slowdown']}", "met": out["slowdown"] <= 2.0}
+    log(f"coalesce {view}: one {out['one_cold_read_ms']['p50']} ms, {fan} at once "
+        f"{out['all_concurrent_done_ms']['p50']} ms -> x{out['slowdown']} "
+        f"(upqueries per batch {jobs})")
+    return out

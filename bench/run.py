@@ -1,0 +1,168 @@
+#!/usr/bin/env python3
+"""partialflow against its alternatives: the whole benchmark in one command.
+
+    python bench/run.py            # the full run (about an hour on 2 cores)
+    python bench/run.py --quick    # smaller data, shorter runs (a few minutes)
+    python bench/run.py --only reads,memory   # some sections (see --help)
+
+Starts a server in this process on a local Spark session (load comes from separate
+worker processes), builds three data sets under a temporary directory and measures every
+figure of issue 5, each against a baseline run in the same process on the same data:
+
+- hit path: lookups of filled keys vs the no-op Ping RPC (single keys and lookup_many);
+- miss path: a cold read vs bare PySpark computing the same rows at the same snapshot,
+  and 64 concurrent cold reads vs one;
+- memory: Zipf reads under memory limits of 1/5/20% of the full view vs full
+  materialization, vs recomputing on Spark per request, and a restart;
+- writes: durable rows/s through the visits view and Nexmark Q4 vs tables no view reads,
+  write-to-visible latency at half of peak load, Nexmark Q4 with concurrent readers.
+
+Writes ``results-<date>.json`` (every figure) and PNG plots to ``--out``
+(default ``bench/results/``, which git ignores), and prints a goal summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+
+SECTIONS = ["reads", "memory", "restart", "writes", "nexmark"]
+
+FULL = {
+    "quick": False,
+    "events_keys": 1_000_000, "zipf_s": 0.99,
+    "visits": {"products": 20_000, "categories": 1_000, "visits": 1_000_000},
+    "nexmark": {"people": 10_000, "auctions": 10_000, "bids": 500_000},
+    "hit_seconds": 8.0, "hit_batches": [1, 10, 100, 1000], "hit_concurrency": [[1, 1], [2, 4]],
+    "hit_keys": 20_000,
+    "miss_trials": 15, "coalesce_trials": 5,
+    "fill_batch": 20_000,
+    "memory_fractions": [0.01, 0.05, 0.20],
+    "zipf_batch": 10, "zipf_procs": 2, "zipf_threads": 16, "zipf_warm": 10.0, "zipf_seconds": 30.0,
+    "recompute_seconds": 30.0,
+    "restart_cap": 150.0,
+    "write_batches": [1, 10, 100, 1000], "write_procs": 2, "write_threads": 2,
+    "write_seconds": 6.0, "half_peak_batch": 100, "half_peak_seconds": 20.0,
+}
+QUICK = {
+    **FULL,
+    "quick": True,
+    "events_keys": 100_000,
+    "visits": {"products": 2_000, "categories": 200, "visits": 100_000},
+    "nexmark": {"people": 2_000, "auctions": 2_000, "bids": 50_000},
+    "hit_seconds": 2.0, "hit_keys": 5_000,
+    "miss_trials": 5, "coalesce_trials": 2,
+    "zipf_warm": 3.0, "zipf_seconds": 8.0, "recompute_seconds": 8.0,
+    "restart_cap": 40.0,
+    "write_batches": [1, 100, 1000], "write_seconds": 2.0, "half_peak_seconds": 6.0,
+}
+
+
+def ensure_matplotlib() -> None:
+    """Install the ``bench`` extra's matplotlib into this interpreter if it is missing."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        text = (BENCH.parent / "pyproject.toml").read_text()
+        m = re.search(r'^bench\s*=\s*\[\s*"([^"]+)"', text, re.M)
+        req = m.group(1) if m else "matplotlib"
+        print(f"bench: installing {req} (the 'bench' extra) for the plots", file=sys.stderr)
+        subprocess.check_call([sys.executable, "-m", "pip", "install", "--quiet",
+                               "--disable-pip-version-check", req])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=__doc__.split("\n", 2)[2])
+    ap.add_argument("--quick", action="store_true", help="small data, short runs")
+    ap.add_argument("--only", default=",".join(SECTIONS),
+                    help=f"comma-separated sections of {','.join(SECTIONS)}")
+    ap.add_argument("--out", type=Path, default=BENCH / "results")
+    ap.add_argument("--workdir", type=Path, default=None,
+                    help="parent of the data directories (default: a temporary one, removed)")
+    args = ap.parse_args(argv)
+    only = [s.strip() for s in args.only.split(",") if s.strip()]
+    unknown = set(only) - set(SECTIONS)
+    if unknown:
+        ap.error(f"unknown section(s) {', '.join(sorted(unknown))}; sections are {', '.join(SECTIONS)}")
+    ensure_matplotlib()
+
+    from common import LoadPool, log, machine
+    from suite import Suite
+
+    cfg = QUICK if args.quick else FULL
+    results = {"meta": machine(), "config": cfg, "sections": {}}
+    args.out.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    path = args.out / f"results-{stamp}{'-quick' if args.quick else ''}.json"
+    work = Path(tempfile.mkdtemp(prefix="pf-bench-", dir=args.workdir))
+    log(f"load average {results['meta']['loadavg_at_start']}; data under {work}; results {path}")
+
+    from partialflow.server.spark import spark_session
+
+    spark = spark_session()
+    pool = LoadPool(6)
+
+    def save() -> None:
+        path.write_text(json.dumps(results, indent=1))
+        (args.out / "latest.json").write_text(json.dumps(results, indent=1))
+
+    suite = Suite(cfg, work, spark, pool, results, save)
+    try:
+        for name in SECTIONS:
+            if name in only:
+                began = time.monotonic()
+                getattr(suite, name)()
+                log(f"section {name} took {time.monotonic() - began:.0f} s")
+                save()
+    finally:
+        pool.close()
+        results["meta"]["loadavg_at_end"] = __import__("common").loadavg()
+        save()
+        if args.workdir is None:
+            shutil.rmtree(work, ignore_errors=True)
+    from plots import draw_all
+
+    for p in draw_all(results, args.out):
+        log(f"plot {p}")
+    print(summary(results))
+    log(f"results in {path}")
+    return 0
+
+
+def summary(results: dict) -> str:
+    lines = ["", "goal                                                          measured        met"]
+    for sec in results["sections"].values():
+        for g in _goals(sec):
+            lines.append(f"{g['text'][:60]:<60}  {str(g.get('value', '')):<14}  "
+                         f"{'yes' if g['met'] else 'NO'}")
+    return "\n".join(lines)
+
+
+def _goals(obj: object) -> list[dict]:
+    found = []
+    if isinstance(obj, dict):
+        if isinstance(obj.get("goal"), dict) and "met" in obj["goal"]:
+            found.append(obj["goal"])
+        for k, v in obj.items():
+            if k != "goal":
+                found.extend(_goals(v))
+    elif isinstance(obj, list):
+        for v in obj:
+            found.extend(_goals(v))
+    return found
+
+
+if __name__ == "__main__":
+    sys.exit(main())
