@@ -21,7 +21,7 @@ from partialflow.operators.base import Row
 from partialflow.operators.sizes import row_size
 
 if TYPE_CHECKING:
-    from partialflow.server.graph import Node
+    from partialflow.server.graph import Node  # noqa: F401
     from partialflow.server.upquery import Fill
 
 Mode = Literal["partial", "miss", "full"]
@@ -147,3 +147,23 @@ class State:
         idx = ",".join(map(str, self.index_cols))
         mode = {"partial": f"partial on [{key}]", "miss": f"partial (evict-on-miss) on [{key}]", "full": "full"}[self.mode]
         return f"{self.kind} state {mode}, index [{idx}], {len(self.buckets)} keys filled, {self.memory_bytes} B"
+
+
+class StateAccess:
+    """The read-only state an operator sees (operators/base.py StateView), for one node."""
+
+    __slots__ = ("node", "own_bucket")
+
+    def __init__(self, node: Node, own_bucket: dict | None = None) -> None:
+        self.node = node
+        self.own_bucket = own_bucket
+
+    def lookup(self, side: int, key: Row) -> list[Row] | None:
+        return self.node.sides[side].rows_at(key)
+
+    def own(self, group: Row) -> Any | None:
+        if self.own_bucket is not None:
+            return self.own_bucket.get(group)
+        st = self.node.own
+        bucket = st.buckets.get(tuple([group[i] for i in st.fk_in_index]))
+        return None if bucket is None else bucket.get(group)

@@ -156,7 +156,6 @@ class UpqueryRunner:
     def run(self, fill: Fill) -> dict[int, list[Row]]:
         """Rows of each root state for its keys, all from the fill's snapshot."""
         self.faults.before_scan()
-        memo: dict[int, DataFrame] = {}
         results: dict[int, list[Row]] = {}
         tag = f"partialflow-fill-{fill.fid}"
         _tag(self.spark, tag)

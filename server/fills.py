@@ -1,0 +1,251 @@
+"""Fills: turning misses into upqueries and replies into filled state, in order.
+
+Part of the executor (a mixin: all methods run on the executor thread under its lock). A
+miss is *wanted*; a wanted key is issued as a fill — the key plus every hole below it on
+its trace path, all from one snapshot LSN — unless a state below is still pending, in
+which case it waits. A reply fills the states bottom-up (from Spark rows, or derived in
+Python from a grouped state below through filter/project nodes), then replays the
+updates held meanwhile in LSN order, then answers the waiting reads.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from itertools import groupby
+from typing import TYPE_CHECKING
+
+from partialflow.operators.base import Row
+from partialflow.server.errors import DeadlineExceeded, Unavailable
+from partialflow.server.state import State, StateAccess
+from partialflow.server.upquery import Fill, Waiter
+
+if TYPE_CHECKING:
+    pass
+
+log = logging.getLogger("partialflow.executor")
+
+
+class FillsMixin:
+    def _want(self, st: State, fk: Row, waiter: Waiter | None) -> None:
+        if fk in st.buckets:
+            if waiter is not None:
+                waiter.deliver(fk, st.bucket_rows(fk), self.applied_lsn)
+            return
+        fill = st.pending.get(fk)
+        if fill is not None:
+            if waiter is not None:
+                fill.waiters.setdefault(fk, []).append(waiter)
+            return
+        ws = self.wanted.setdefault(st, {}).setdefault(fk, [])
+        if waiter is not None:
+            ws.append(waiter)
+
+    def _issue_wanted(self) -> None:
+        for st in list(self.wanted):
+            if st.sid not in self.inflight:
+                self._issue(st)
+
+    def _closure(self, st: State, fk: Row) -> list[State] | None:
+        """``st`` and every hole below it at ``fk``; None while one below is pending."""
+        out = [st]
+        stack = list(st.below)
+        while stack:
+            m = stack.pop()
+            if fk in m.buckets or m in out:
+                continue
+            if fk in m.pending:
+                return None
+            out.append(m)
+            stack.extend(m.below)
+        return out
+
+    def _issue(self, st: State) -> None:
+        wanted = self.wanted.get(st)
+        if not wanted:
+            self.wanted.pop(st, None)
+            return
+        fill = Fill(requester=st, lsn=self.applied_lsn)
+        for fk in list(wanted):
+            if fk in st.buckets or fk in st.pending:  # filled or claimed meanwhile
+                for w in wanted.pop(fk):
+                    self._want(st, fk, w)
+                continue
+            states = self._closure(st, fk)
+            if states is None:
+                continue
+            fill.waiters[fk] = wanted.pop(fk)
+            for x in states:
+                fill.keys.setdefault(x, set()).add(fk)
+                x.pending[fk] = fill
+        if not wanted:
+            self.wanted.pop(st, None)
+        if not fill.keys:
+            return
+        fill.roots = [x for x in fill.keys if x.source is None]
+        self.counters["fills"] += 1
+        for v in st.node.users if st.node.view is not None else ():
+            self.view_counters[v]["upqueries"] += 1 if fill.roots else 0
+        if not fill.roots:
+            self._finish_fill(fill, {}, None)  # derivable from filled state: no Spark
+            return
+        fill.snapshot = self.runner.storage.snapshot(fill.lsn)
+        self.inflight[st.sid] = fill
+        self.fills.add(fill)
+        self.counters["upqueries"] += 1
+        self.runner.submit(fill, lambda f, r, e: self.submit("fill_done", f, r, e))
+
+    def _finish_fill(self, fill: Fill, results: dict[int, list[Row]] | None, error: Exception | None) -> None:
+        if fill.dead:
+            return
+        if error is None and self._missing_needs(fill):
+            fill.results = results  # complete once the index keys it held for are filled
+            self.waiting.add(fill)
+            return
+        self.waiting.discard(fill)
+        self.fills.discard(fill)
+        if self.inflight.get(fill.requester.sid) is fill:
+            del self.inflight[fill.requester.sid]
+        fill.dead = True
+        ms = (time.monotonic() - fill.started) * 1000
+        self.upquery_ms.append(ms)
+        if len(self.upquery_ms) > 20_000:
+            del self.upquery_ms[:10_000]
+        self._observe("upquery", {"view": fill.requester.node.view, "ms": ms, "ok": error is None})
+        if error is not None:
+            self._fail_fill(fill, error)
+            return
+        for x in sorted(fill.keys, key=lambda s: s.node.nid):
+            keys = [k for k in fill.keys[x] if k not in fill.cancelled and x.pending.get(k) is fill]
+            if x.source is None:
+                self._load(x, keys, results[x.sid])
+            else:
+                self._derive(x, keys)
+            for k in keys:
+                del x.pending[k]
+                self._touched.add((x, k))
+        held = sorted((h for h in fill.held if h[2] not in fill.cancelled), key=lambda h: (h[0], h[1]))
+        for lsn, group in groupby(held, key=lambda h: h[0]):
+            items = []
+            for _, _, _, item in group:
+                if item[0] == "rows":
+                    self._apply_rows(item[1], item[2], lsn)
+                else:
+                    items.append((item[1], item[2], [item[3]]))
+            self._propagate(items, lsn)
+        st = fill.requester
+        for fk, ws in fill.waiters.items():
+            for w in ws:
+                if fk in st.buckets:
+                    w.deliver(fk, st.bucket_rows(fk) if st.kind == "rows" else [], self.applied_lsn)
+                else:
+                    self._want(st, fk, w)
+
+    def _observe(self, event: str, fields: dict) -> None:
+        for fn in self.observers:
+            try:
+                fn(event, fields)
+            except Exception:  # a metrics hook must never break the executor
+                log.exception("observer failed")
+
+    def _missing_needs(self, fill: Fill) -> bool:
+        missing = False
+        for st, fk in fill.needs:
+            if fk not in st.buckets:
+                missing = True
+                if fk not in st.pending and st.sid in self.states:
+                    self._want(st, fk, None)
+        return missing
+
+    def _retry_waiting(self) -> None:
+        for fill in list(self.waiting):
+            if not self._missing_needs(fill):
+                self._finish_fill(fill, fill.results, None)
+
+    def _fail_fill(self, fill: Fill, error: Exception) -> None:
+        for x, keys in fill.keys.items():
+            for k in keys:
+                if x.pending.get(k) is fill:
+                    del x.pending[k]
+        err = error if isinstance(error, (DeadlineExceeded, Unavailable)) else Unavailable(f"upquery failed: {str(error).splitlines()[0] if str(error) else type(error).__name__}")
+        for ws in fill.waiters.values():
+            for w in ws:
+                w.fail(err)
+        self.counters["upquery_failures"] += 1
+
+    def _cancel(self, fill: Fill, fk: Row) -> None:
+        fill.cancelled.add(fk)
+        for x, keys in fill.keys.items():
+            if fk in keys and x.pending.get(fk) is fill:
+                del x.pending[fk]
+        for w in fill.waiters.pop(fk, []):
+            self._want(fill.requester, fk, w)
+        self.counters["fills_cancelled"] += 1
+
+    def _expire_fills(self) -> None:
+        now = time.monotonic()
+        for fill in list(self.fills):
+            if now - fill.started > self.upquery_timeout:
+                self.fills.discard(fill)
+                self.waiting.discard(fill)
+                if self.inflight.get(fill.requester.sid) is fill:
+                    del self.inflight[fill.requester.sid]
+                fill.dead = True
+                self.runner.cancel(fill)
+                self._observe("upquery", {"view": fill.requester.node.view, "ms": (now - fill.started) * 1000, "ok": False})
+                self._fail_fill(fill, DeadlineExceeded(f"upquery for {fill.requester.label} exceeded {self.upquery_timeout:g}s"))
+
+    def _load(self, st: State, keys: list[Row], rows: list[Row]) -> None:
+        keyset = set(keys)
+        for k in keys:
+            st.new_bucket(k)
+        if st.kind == "rows":
+            for row in rows:
+                fk = st.fill_key_of_row(row)
+                if fk in keyset:
+                    st.apply_row(st.buckets[fk], fk, row, 1)
+            return
+        op = st.node.op
+        for group, entry in op.load_entries(rows).items():
+            fk = tuple([group[i] for i in st.fk_in_index])
+            if fk in keyset:
+                st.set_entry(fk, group, entry, op.entry_size(entry))
+
+    def _derive(self, st: State, keys: list[Row]) -> None:
+        """Fill ``st`` from its source state through filter/project nodes, in Python."""
+        src, chain = st.source
+        sop = src.node.op
+        for k in keys:
+            deltas = [(r, 1) for g, e in src.buckets[k].items() for r in sop.output_rows(g, e)]
+            for n in chain:
+                deltas = n.op.on_input(0, deltas, StateAccess(n)).deltas
+            bucket = st.new_bucket(k)
+            if st.kind == "rows":
+                for row, sign in deltas:
+                    st.apply_row(bucket, k, row, sign)
+            else:
+                op = st.node.op
+                out = op.on_input(0, deltas, StateAccess(st.node, bucket))
+                for group, entry in out.writes.items():
+                    if entry is not None:
+                        st.set_entry(k, group, entry, op.entry_size(entry))
+                if not op.group_columns() and () not in bucket and hasattr(op, "initial_entry"):
+                    # A global aggregate always has its one group, even over no rows.
+                    entry = op.initial_entry()
+                    st.set_entry(k, (), entry, op.entry_size(entry))
+
+    def load_full(self, states: list[State]) -> Waiter:
+        """Load new full states with one fill at the current LSN (view creation)."""
+        fill = Fill(requester=states[0], lsn=self.applied_lsn)
+        waiter = Waiter({()})
+        fill.waiters[()] = [waiter]
+        for x in states:
+            fill.keys[x] = {()}
+            x.pending[()] = fill
+        fill.roots = list(states)
+        fill.snapshot = self.runner.storage.snapshot(fill.lsn)
+        self.fills.add(fill)
+        self.counters["full_loads"] += 1
+        self.runner.submit(fill, lambda f, r, e: self.submit("fill_done", f, r, e))
+        return waiter
+
