@@ -75,7 +75,28 @@ def parse_statement(sql: str) -> exp.Expression:
         raise InvalidArgument("empty statement")
     if len(statements) > 1:
         raise InvalidArgument(f"expected one statement, got {len(statements)}")
-    return statements[0]
+    node = statements[0]
+    if isinstance(node, exp.Command) and str(node.this).upper() == "CREATE":
+        _explain_unparsed_create(str(node.expression or ""))
+    return node
+
+
+def _explain_unparsed_create(rest: str) -> None:
+    """sqlglot parses a CREATE it can't read as a raw command; if it is a CREATE VIEW whose
+    query is malformed, say so with the parser's own message instead of a vague refusal."""
+    head, sep, query = rest.partition(" AS ")
+    if not sep or not head.strip().upper().startswith("VIEW"):
+        sep_lower = rest.lower().find(" as ")
+        if sep_lower < 0 or not rest.strip().upper().startswith("VIEW"):
+            return
+        query = rest[sep_lower + 4:]
+    try:
+        sqlglot.parse_one(query)
+    except sqlglot.errors.ParseError as err:
+        first = err.errors[0] if err.errors else {}
+        description = first.get("description", str(err).splitlines()[0])
+        near = f" near {first.get('highlight')!r}" if first.get("highlight") else ""
+        raise InvalidArgument(f"malformed SQL in the view's query: {description}{near}") from None
 
 
 def statement_kind(node: exp.Expression) -> str:
