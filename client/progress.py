@@ -12,7 +12,6 @@ from typing import Any, TextIO
 from partialflow.client.client import LoadProgress
 
 _LABELS = {
-    "wait": ("waiting", None),
     "scan": ("reading", "task"),
     "convert": ("converting", "row"),
     "write": ("", None),  # one storage call: no steps to count, so a label and the time

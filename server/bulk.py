@@ -209,8 +209,10 @@ def check_columns(
 
 
 class BulkLoader:
-    """Loads files into tables; one load at a time (they are big, and it keeps two loads of
-    the same file from both passing the fingerprint check)."""
+    """Loads files into tables. Loads run concurrently; the fingerprint check is repeated
+    under a lock together with the write and its record, so two loads of the same file
+    cannot both get in (the lock is never held across a yield: a client that goes away
+    leaves a suspended generator behind, which must not block other loads)."""
 
     def __init__(self, storage: Any, spark: Any, data_dir: str | os.PathLike) -> None:
         self.storage = storage
@@ -241,50 +243,37 @@ class BulkLoader:
         if not path:
             raise InvalidArgument("load: a path is required")
         schema = self.storage.table(table)  # NotFound names the known tables
-        if not self._lock.acquire(blocking=False):
-            yield Progress("wait", message="waiting for another load to finish")
-            self._lock.acquire()
-        try:
-            yield from self._load(schema, path, write, fmt, header, force, options or {}, active)
-        finally:
-            self._lock.release()
-
-    def forget_table(self, table: str) -> None:
-        with self._lock:
-            self.registry.forget_table(table)
-
-    def _load(
-        self,
-        schema: Any,
-        path: str,
-        write: Callable[[str, list[tuple]], int],
-        fmt: str,
-        header: bool,
-        force: bool,
-        options: Mapping[str, str],
-        active: Callable[[], bool],
-    ) -> Iterator[Progress]:
         fp = fingerprint(self.spark, schema.name, path)
-        earlier = self.registry.find(fp)
-        if earlier is not None and not force:
-            raise AlreadyExists(
-                f"{fp.path} was already loaded into {schema.name} at LSN {earlier['lsn']} "
-                f"({earlier['rows']} rows; same size and modification time); "
-                "load with force (--force) to add its rows again"
-            )
+        with self._lock:
+            self._refuse_reload(fp, force)
         spark_path = fp.path if _is_local(path) else path
-        frame = self._frame(schema, spark_path, fmt, header, options)
+        frame = self._frame(schema, spark_path, fmt, header, options or {})
         arrow = yield from self._scan(frame, schema.name)
         rows = yield from self._convert(arrow)
         if not active():
             log.info("load cancelled before its write", extra={"table": schema.name})
             return
         yield Progress("write", 0, len(rows), f"writing {len(rows)} rows as one write")
-        lsn = write(schema.name, rows)
-        self.registry.record(fp, lsn, len(rows))
+        with self._lock:
+            self._refuse_reload(fp, force)
+            lsn = write(schema.name, rows)
+            self.registry.record(fp, lsn, len(rows))
         log.info("bulk load done", extra={"table": schema.name, "path": fp.path,
                                           "rows": len(rows), "lsn": lsn})
         yield Progress("done", len(rows), len(rows), f"loaded {len(rows)} rows", lsn, len(rows))
+
+    def forget_table(self, table: str) -> None:
+        with self._lock:
+            self.registry.forget_table(table)
+
+    def _refuse_reload(self, fp: Fingerprint, force: bool) -> None:
+        earlier = self.registry.find(fp)
+        if earlier is not None and not force:
+            raise AlreadyExists(
+                f"{fp.path} was already loaded into {fp.table} at LSN {earlier['lsn']} "
+                f"({earlier['rows']} rows; same size and modification time); "
+                "load with force (--force) to add its rows again"
+            )
 
     def _frame(
         self, schema: Any, path: str, fmt: str, header: bool, options: Mapping[str, str]

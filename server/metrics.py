@@ -138,9 +138,9 @@ class EngineCollector(Collector):
         rows = CounterMetricFamily(
             "partialflow_rows_written", "Rows in acknowledged writes.", labels=["op"]
         )
-        for op in ("insert", "delete"):
-            if _num(writes.get(f"rows_{op}ed")) is not None:
-                rows.add_metric([op], _num(writes[f"rows_{op}ed"]))
+        for op, key in (("insert", "rows_inserted"), ("delete", "rows_deleted")):
+            if _num(writes.get(key)) is not None:
+                rows.add_metric([op], _num(writes[key]))
         yield rows
         yield from _counter("partialflow_bulk_loads", "Completed bulk loads.", writes.get("loads"))
         yield from _counter(
