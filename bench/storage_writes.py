@@ -10,6 +10,7 @@ Spark snapshot scan of a 1M-row table (full count, and a key-filtered scan).
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import shutil
 import statistics
@@ -61,6 +62,7 @@ def run_writes(base: Path, threads: int, batch: int, seconds: float, pk: bool) -
 
     ts = [threading.Thread(target=worker, args=(t,)) for t in range(threads)]
     t0 = time.perf_counter()
+    cpu0 = time.process_time()  # CPU of all threads of this process (incl. sqlite, fsync calls)
     for t in ts:
         t.start()
     time.sleep(seconds)
@@ -68,6 +70,7 @@ def run_writes(base: Path, threads: int, batch: int, seconds: float, pk: bool) -
     for t in ts:
         t.join()
     elapsed = time.perf_counter() - t0
+    cpu = time.process_time() - cpu0
     stats = st.stats()
     st.close()
     shutil.rmtree(d, ignore_errors=True)
@@ -75,7 +78,7 @@ def run_writes(base: Path, threads: int, batch: int, seconds: float, pk: bool) -
     return {
         "threads": threads, "batch": batch, "pk": pk, "writes/s": writes / elapsed,
         "rows/s": writes * batch / elapsed, "writes/fsync": writes / max(stats["fsyncs"] - fsyncs0, 1),
-        "delivered": delivered[0] == writes,
+        "delivered": delivered[0] == writes, "cpu_us_per_row": cpu / max(writes * batch, 1) * 1e6,
     }
 
 
@@ -146,14 +149,16 @@ def main() -> None:
     base = Path(args.dir or tempfile.mkdtemp(prefix="pf-bench-"))
     base.mkdir(parents=True, exist_ok=True)
     print(f"python {sys.version.split()[0]}, data under {base}")
-    print(f"{'threads':>7} {'batch':>6} {'pk':>3} {'writes/s':>10} {'rows/s':>10} {'writes/fsync':>12}")
+    print(f"load average at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    print(f"{'threads':>7} {'batch':>6} {'pk':>3} {'writes/s':>10} {'rows/s':>10} {'writes/fsync':>12}"
+          f" {'CPU us/row':>10}")
     try:
         for pk in (False, True):
             for batch in (1, 1000):
                 for threads in (1, 4, 16):
                     r = run_writes(base, threads, batch, args.seconds, pk)
                     print(f"{threads:>7} {batch:>6} {'y' if pk else 'n':>3} {r['writes/s']:>10.0f} "
-                          f"{r['rows/s']:>10.0f} {r['writes/fsync']:>12.1f}"
+                          f"{r['rows/s']:>10.0f} {r['writes/fsync']:>12.1f} {r['cpu_us_per_row']:>10.1f}"
                           + ("" if r["delivered"] else "  SUBSCRIBER MISMATCH"), flush=True)
         if not args.no_scan:
             run_scan(base, args.scan_rows, args.repeats)

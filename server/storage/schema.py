@@ -10,6 +10,7 @@ from __future__ import annotations
 import numbers
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Literal, Mapping, Sequence
 
 import pyarrow as pa
@@ -112,11 +113,13 @@ class TableSchema:
     name: str
     columns: tuple[Column, ...]
 
-    @property
+    # Derived values are cached (cached_property writes the instance __dict__ directly, which
+    # a frozen dataclass allows): the write path asks for them on every call.
+    @cached_property
     def column_names(self) -> tuple[str, ...]:
         return tuple(c.name for c in self.columns)
 
-    @property
+    @cached_property
     def primary_key(self) -> tuple[int, ...]:
         """Indexes of the PRIMARY KEY columns (empty for a bag table)."""
         return tuple(i for i, c in enumerate(self.columns) if c.primary_key)
@@ -127,6 +130,10 @@ class TableSchema:
 
     def arrow_schema(self) -> pa.Schema:
         """The table's columns as a pyarrow schema."""
+        return self._arrow_schema
+
+    @cached_property
+    def _arrow_schema(self) -> pa.Schema:
         return pa.schema([pa.field(c.name, _ARROW_TYPES[c.type]) for c in self.columns])
 
     def segment_arrow_schema(self) -> pa.Schema:
