@@ -52,15 +52,15 @@ class CommandError(Exception):
 
 
 def _serve(args: argparse.Namespace) -> int:
-    # Imported here: the server pulls in pyspark, which the client commands never need.
-    from partialflow.server.main import serve
-
     given = {o.field: getattr(args, o.field) for o in SERVE_OPTIONS}
     try:
         config = resolve_config(given)
     except ValueError as err:
         print(f"partialflow serve: error: {err}", file=sys.stderr)
         return 2
+    # Imported only now: the server pulls in pyspark, which a usage error need not wait for.
+    from partialflow.server.main import serve
+
     return serve(config)
 
 
