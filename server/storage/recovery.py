@@ -133,7 +133,7 @@ def _apply_to_index(index: RowIndex, entry: TableEntry, batch: pa.RecordBatch, n
     if not pk:
         index.apply(entry.id, hashes[ndel:], hashes[:ndel])
         return
-    keys = key_hashes(rows, pk)
+    keys = key_hashes(rows, entry.schema)
     state: dict[bytes, bytes | None] = {k: None for k in keys[:ndel]}
     state.update(zip(keys[ndel:], hashes[ndel:]))
     index.apply_keys(
@@ -184,7 +184,7 @@ def _rebuild_index(
             for h, d in zip(hashes, diffs):
                 counts[h] += d
             if pk:
-                for h, k in zip(hashes, key_hashes(rows, pk)):
+                for h, k in zip(hashes, key_hashes(rows, e.schema)):
                     key_of[h] = k
         if pk:
             index.apply_keys(tid, [(key_of[h], h) for h, n in counts.items() if n > 0], [])

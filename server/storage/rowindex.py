@@ -26,6 +26,8 @@ from hashlib import blake2b
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from partialflow.server.storage.schema import TableSchema
+
 # i = 0 .. ?2-1, and the ?2 16-byte digests packed in blob ?1.
 _SEQ = (
     "WITH RECURSIVE s(i) AS (SELECT 0 WHERE ?2 > 0 UNION ALL SELECT i + 1 FROM s WHERE i + 1 < ?2) "
@@ -40,10 +42,21 @@ def row_hashes(rows: Iterable[tuple[Any, ...]]) -> list[bytes]:
     return [blake2b(repr(r).encode(), digest_size=16).digest() for r in rows]
 
 
-def key_hashes(rows: Sequence[tuple[Any, ...]], pk: Sequence[int]) -> list[bytes]:
-    """Digest of each row's primary-key tuple."""
+def key_hashes(rows: Sequence[tuple[Any, ...]], schema: TableSchema) -> list[bytes]:
+    """16-byte digest of each row's primary key (only ever compared within one table).
+
+    A single BIGINT key is encoded as itself (16-byte big-endian, injective, no hashing):
+    increasing ids then land next to each other in sqlite's B-tree, so inserting and probing
+    them touches the same few pages instead of random ones.
+    """
+    pk = schema.primary_key
     if len(pk) == 1:
         i = pk[0]
+        ctype = schema.columns[i].type
+        if ctype == "BIGINT":
+            return [r[i].to_bytes(16, "big", signed=True) for r in rows]
+        if ctype == "TEXT":
+            return [blake2b(r[i].encode(), digest_size=16, person=b"pf-text-key").digest() for r in rows]
         return [blake2b(repr((r[i],)).encode(), digest_size=16).digest() for r in rows]
     return [blake2b(repr(tuple(r[i] for i in pk)).encode(), digest_size=16).digest() for r in rows]
 

@@ -240,8 +240,8 @@ class Storage(CatalogOps):
         ins_h = row_hashes(ins_rows)
         del_h = row_hashes(del_rows) if del_rows else []
         pk = schema.primary_key
-        ins_k = key_hashes(ins_rows, pk) if pk else []
-        del_k = key_hashes(del_rows, pk) if pk and del_rows else []
+        ins_k = key_hashes(ins_rows, schema) if pk else []
+        del_k = key_hashes(del_rows, schema) if pk and del_rows else []
         arrays = [
             pa.array(d + i, type=f.type)
             for d, i, f in zip(del_cols, ins_cols, schema.arrow_schema())
