@@ -6,6 +6,7 @@ import random
 from collections import Counter
 
 import pytest
+from pyspark.sql import functions as F
 
 from partialflow.server.errors import FailedPrecondition, InvalidArgument
 from partialflow.server.storage import Storage
@@ -60,9 +61,26 @@ def test_as_of_exact_across_flushes_and_compaction(store: Storage) -> None:
     assert store.stats()["compactions"] == 1
     last = store.last_lsn
     assert last == 60
-    # Memtable (unflushed tail), segments, the compacted segment, and LSN 0.
-    for v in sorted({0, 1, 5, 13, 29, 41, 50, last - 1, last} & set(history)):
+    # Through query(): the unflushed tail, a flushed LSN after compaction, one inside the
+    # compacted range, and LSN 0.
+    for v in (last, 50, 13, 0):
         assert table_at(store, v) == history[v], f"as_of {v}"
+    # Many more LSNs in one Spark job: the union of table_df at each V, tagged with V.
+    vs = [1, 5, 7, 8, 29, 40, 41, 42, 55, last - 1]
+    snaps = [store.snapshot(v) for v in vs]
+    try:
+        df = None
+        for v, snap in zip(vs, snaps):
+            part = snap.table_df("t").withColumn("v", F.lit(v))
+            df = part if df is None else df.unionByName(part)
+        got: dict[int, Counter] = {v: Counter() for v in vs}
+        for r in df.collect():
+            got[r["v"]][(r["k"], r["s"], r["x"], r["b"])] += 1
+    finally:
+        for snap in snaps:
+            snap.close()
+    for v in vs:
+        assert got[v] == history[v], f"as_of {v}"
     # Same through the snapshot API directly, with a key filter (pushed down + memtable).
     with store.snapshot(45) as snap:
         got = Counter(tuple(r) for r in snap.table_df("t", {"k": [1, None]}).collect())
