@@ -167,21 +167,33 @@ class Dataflow:
         results: dict[Row, tuple[list[Row], int]] = {}
         misses: list[Row] = []
         st = reader.state
-        with ex.lock:
-            lsn = ex.applied_lsn
-            counters = ex.view_counters[reader.name]
-            for k in keys:
-                if k in results:
-                    continue
+        fast = self._published(st, keys)
+        if fast is not None:
+            got, lsn = fast
+            for k, rows in got.items():
                 if any(v is None for v in k):  # `col = NULL` is never true in SQL
                     results[k] = ([], lsn)
-                elif k in st.buckets:
-                    results[k] = (st.bucket_rows(k), lsn)
-                    ex.touch(st, k)
-                    counters["hits"] += 1
-                elif k not in misses:
+                elif rows is not None:
+                    results[k] = (list(rows), lsn)
+                    ex.read_log.append((st, k, True))
+                else:
                     misses.append(k)
-            counters["misses"] += len(misses)
+                    ex.read_log.append((st, k, False))
+        else:
+            with ex.lock:
+                ex.drain_read_log()
+                lsn = ex.applied_lsn
+                counters = ex.view_counters[reader.name]
+                for k in dict.fromkeys(keys):
+                    if any(v is None for v in k):
+                        results[k] = ([], lsn)
+                    elif k in st.buckets:
+                        results[k] = (st.bucket_rows(k), lsn)
+                        ex.touch(st, k)
+                        counters["hits"] += 1
+                    else:
+                        misses.append(k)
+                counters["misses"] += len(misses)
         for _ in range(5):
             if not misses:
                 break
@@ -230,9 +242,25 @@ class Dataflow:
             rows = st.bucket_rows(k)
             row = rows[0] if rows else tuple(k) + (None,) * (len(reader.node.columns) - len(k))
             st.apply_row(bucket, k, row, 1)
+            self.executor._touched.add((st, k))
             return True
 
         return self.executor.call(go).result()
+
+    def _published(self, st: Any, keys: list[Row]) -> tuple[dict[Row, Any], int] | None:
+        """Read published rows without the executor's lock (a seqlock read): the rows of
+        every key and the one LSN they are exact at, or None if writes kept moving."""
+        ex = self.executor
+        for _ in range(8):
+            v1 = ex.pub_version
+            if v1 & 1:
+                time.sleep(0)
+                continue
+            lsn = ex.published_lsn
+            got = {k: st.published.get(k) for k in dict.fromkeys(keys)}
+            if ex.pub_version == v1:
+                return got, lsn
+        return None
 
     def _check_key(self, reader: Reader, key: Any) -> Row:
         key = tuple(key) if isinstance(key, (tuple, list)) else (key,)
@@ -261,6 +289,7 @@ class Dataflow:
     def stats(self) -> dict:
         ex = self.executor
         with ex.lock:
+            ex.drain_read_log()
             views = {}
             for name, reader in self.graph.readers.items():
                 c = ex.view_counters[name]

@@ -28,6 +28,8 @@ class EvictionMixin:
             return
         if fk in st.buckets:
             st.drop(fk)
+            if st.node.view is not None:
+                self._republish.add((st, fk))
             # partial_bytes sums the sizes recorded in the LRU; keys touched in this packet
             # but not yet recorded are skipped by _after_packet once they are holes.
             self.partial_bytes -= self.lru.pop((st.sid, fk), 0)

@@ -18,6 +18,7 @@ Readers of filled keys don't queue behind writes: they take the lock between pac
 from __future__ import annotations
 
 import heapq
+from collections import deque
 import logging
 import math
 import queue
@@ -59,6 +60,12 @@ class Executor(FillsMixin, EvictionMixin):
         self.fills: set[Fill] = set()
         self.waiting: set[Fill] = set()  # replied, waiting for index keys they hold for
         self._touched: set[tuple[State, Row]] = set()
+        # Lock-free reads (a seqlock): readers' published rows and the LSN they are exact
+        # at change only inside an odd pub_version; readers retry if it moved.
+        self.pub_version = 0
+        self.published_lsn = start_lsn
+        self._republish: set[tuple[State, Row]] = set()
+        self.read_log: deque = deque()  # (state, key, hit) from lock-free reads
         self.counters: Counter = Counter()
         self.view_counters: dict[str, Counter] = defaultdict(Counter)
         self.upquery_ms: list[float] = []
@@ -230,6 +237,8 @@ class Executor(FillsMixin, EvictionMixin):
 
     def _after_packet(self) -> None:
         for st, fk in self._touched:
+            if st.node.view is not None:
+                self._republish.add((st, fk))
             if fk not in st.buckets:
                 continue
             size = st.sizes.get(fk, 0)
@@ -244,10 +253,43 @@ class Executor(FillsMixin, EvictionMixin):
         self._retry_waiting()
         self._enforce_memory()
         self._issue_wanted()
+        self._publish()
+
+    def _publish(self) -> None:
+        """Make this packet's reader changes visible to lock-free reads, atomically with
+        the LSN they are exact at."""
+        self.drain_read_log()
+        if self._republish:
+            self.pub_version += 1  # odd: readers retry
+            for st, fk in self._republish:
+                if fk in st.buckets:
+                    st.published[fk] = tuple(st.bucket_rows(fk))
+                else:
+                    st.published.pop(fk, None)
+            self._republish.clear()
+            self.published_lsn = self.applied_lsn
+            self.pub_version += 1
+        else:
+            # No reader rows changed: the published rows are exact at the new LSN too.
+            self.published_lsn = self.applied_lsn
+
+    def drain_read_log(self) -> None:
+        """Account lock-free reads: LRU recency and hit/miss counters (caller holds the lock)."""
+        log_ = self.read_log
+        while log_:
+            st, fk, hit = log_.popleft()
+            counters = self.view_counters[st.node.view]
+            if hit:
+                counters["hits"] += 1
+                self.touch(st, fk)
+            else:
+                counters["misses"] += 1
 
     def wait_for(self, lsn: int, deadline: float) -> None:
+        if self.published_lsn >= lsn:  # the common case needs no lock
+            return
         with self.lsn_changed:
-            while self.applied_lsn < lsn:
+            while self.published_lsn < lsn:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise DeadlineExceeded(f"timed out waiting for LSN {lsn} (applied: {self.applied_lsn})")

@@ -56,6 +56,9 @@ class State:
     source: tuple[State, list[Node]] | None = None
     anomalies: int = 0
     reason: str = ""  # why the planner chose this mode (shown by explain)
+    # Readers only: an immutable copy of each filled key's rows, republished by the
+    # executor at the end of every packet, so reads of filled keys need no lock.
+    published: dict[Row, tuple[Row, ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # Where the fill key sits inside an index key (partial ⊆ index columns).
