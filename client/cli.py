@@ -105,7 +105,7 @@ def render_png(dot: str, path: str) -> None:
             "graphviz); without --png the graph is printed as DOT"
         )
     done = subprocess.run(
-        [program, "-Tpng", "-o", path], input=dot, capture_output=True, text=True
+        [program, "-Tpng", "-o", path], input=dot, capture_output=True, text=True, check=False
     )
     if done.returncode != 0:
         detail = (done.stderr.strip().splitlines() or ["failed"])[0]
@@ -141,8 +141,13 @@ def _load(client: Any, args: argparse.Namespace) -> int:
     fmt = args.format or ("csv" if path.lower().endswith((".csv", ".csv.gz")) else "parquet")
     with LoadBar() as bar:
         result = client.load(
-            args.table, path, format=fmt, header=args.header, force=args.force,
-            options=_options(args.option), progress=bar,
+            args.table,
+            path,
+            format=fmt,
+            header=args.header,
+            force=args.force,
+            options=_options(args.option),
+            progress=bar,
         )
     noun = "row" if result.rows == 1 else "rows"
     print(f"loaded {result.rows} {noun} into {args.table} (lsn {result.lsn})")
@@ -172,14 +177,19 @@ def _arg_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
 
 def _add_serve(commands: Any) -> None:
     serve = commands.add_parser(
-        "serve", help="run a server",
+        "serve",
+        help="run a server",
         description="Run a server. Every flag may instead come from the environment variable "
         "named after it (e.g. PARTIALFLOW_MEMORY_LIMIT); a flag beats its variable.",
     )
     for option in SERVE_OPTIONS:
         serve.add_argument(
-            option.flag, dest=option.field, type=_arg_type(option.parse), default=None,
-            metavar=option.metavar, help=f"{option.help} [${option.env}]",
+            option.flag,
+            dest=option.field,
+            type=_arg_type(option.parse),
+            default=None,
+            metavar=option.metavar,
+            help=f"{option.help} [${option.env}]",
         )
     serve.set_defaults(run=_serve, remote=False)
 
@@ -188,23 +198,30 @@ def _remote_options() -> argparse.ArgumentParser:
     remote = argparse.ArgumentParser(add_help=False)
     env = os.environ.get
     remote.add_argument(
-        "--server", default=env("PARTIALFLOW_SERVER", DEFAULT_SERVER),
+        "--server",
+        default=env("PARTIALFLOW_SERVER", DEFAULT_SERVER),
         help=f"server address (default $PARTIALFLOW_SERVER or {DEFAULT_SERVER})",
     )
-    remote.add_argument("--timeout", type=float, default=30.0, help="seconds per call")
+    # A first lookup on a cold server waits for Spark; the server itself gives up after 60 s.
+    remote.add_argument("--timeout", type=float, default=60.0, help="seconds per call (60)")
     remote.add_argument(
-        "--token", default=env("PARTIALFLOW_TOKEN") or None,
+        "--token",
+        default=env("PARTIALFLOW_TOKEN") or None,
         help="bearer token for a server with --auth-token (default $PARTIALFLOW_TOKEN)",
     )
     remote.add_argument(
-        "--tls-ca", default=env("PARTIALFLOW_TLS_CA") or None, metavar="FILE",
+        "--tls-ca",
+        default=env("PARTIALFLOW_TLS_CA") or None,
+        metavar="FILE",
         help="connect with TLS, trusting this PEM CA/certificate (default $PARTIALFLOW_TLS_CA)",
     )
     remote.add_argument(
         "--tls", action="store_true", help="connect with TLS, trusting the system's CAs"
     )
     remote.add_argument(
-        "--tls-server-name", default=None, metavar="NAME",
+        "--tls-server-name",
+        default=None,
+        metavar="NAME",
         help="the name the server's certificate must carry, if not the --server host",
     )
     return remote
@@ -250,13 +267,18 @@ def build_parser() -> argparse.ArgumentParser:
     load.add_argument("table")
     load.add_argument("path", help="read by the server's Spark (local paths made absolute)")
     load.add_argument(
-        "--format", choices=("parquet", "csv"), default=None,
+        "--format",
+        choices=("parquet", "csv"),
+        default=None,
         help="default: csv for *.csv, else parquet",
     )
     load.add_argument("--header", action="store_true", help="CSV: the first line names columns")
     load.add_argument("--force", action="store_true", help="load even if loaded before")
     load.add_argument(
-        "--option", action="append", default=[], metavar="KEY=VALUE",
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
         help="a Spark reader option (repeatable), e.g. sep=;",
     )
 
@@ -275,8 +297,12 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         with Client(
-            args.server, timeout=args.timeout, token=args.token, tls_ca=args.tls_ca,
-            tls=args.tls, tls_server_name=args.tls_server_name,
+            args.server,
+            timeout=args.timeout,
+            token=args.token,
+            tls_ca=args.tls_ca,
+            tls=args.tls,
+            tls_server_name=args.tls_server_name,
         ) as client:
             return args.run(client, args)
     except PartialflowError as err:

@@ -156,8 +156,7 @@ class Client:
 
     def _raise_floor(self, lsn: int) -> None:
         with self._floor_lock:
-            if lsn > self._floor:
-                self._floor = lsn
+            self._floor = max(self._floor, lsn)
 
     @property
     def lsn_floor(self) -> int:
@@ -323,7 +322,11 @@ class Client:
         take long, and the server streams progress meanwhile.
         """
         request = pb.LoadRequest(
-            table=table, path=path, format=format, header=header, force=force,
+            table=table,
+            path=path,
+            format=format,
+            header=header,
+            force=force,
             options=dict(options or {}),
         )
         result: LoadResult | None = None
@@ -331,8 +334,12 @@ class Client:
         try:
             for message in stream:
                 event = LoadProgress(
-                    message.phase, message.done, message.total, message.message,
-                    message.lsn, message.rows,
+                    message.phase,
+                    message.done,
+                    message.total,
+                    message.message,
+                    message.lsn,
+                    message.rows,
                 )
                 if progress is not None:
                     progress(event)

@@ -65,8 +65,10 @@ def format_stats(stats: dict) -> str:
     views = stats.get("views") or {}
     parts = []
     if views:
-        rows = [(name, *(figures.get(c) for c in VIEW_COLUMNS)) for name, figures in
-                sorted(views.items())]
+        rows = [
+            (name, *(figures.get(c) for c in VIEW_COLUMNS))
+            for name, figures in sorted(views.items())
+        ]
         parts.append(format_table(("view", *VIEW_COLUMNS), rows))
     else:
         parts.append("(no views)")
@@ -83,4 +85,6 @@ def format_compaction(report: dict) -> str:
     tables = report.get("tables") or {}
     rows = [(name, *(figures.get(c) for c in columns)) for name, figures in sorted(tables.items())]
     rows.append(("(total)", *(report.get(c) for c in columns)))
-    return format_table(("table", *columns), rows) + f"\n({report.get('seconds', 0)} s)"
+    return (
+        format_table(("table", *columns), rows) + f"\n({float(report.get('seconds') or 0):.2f} s)"
+    )

@@ -144,8 +144,11 @@ def run_shell(
 ) -> int:
     """The interactive loop; returns 0 when the user leaves."""
     history = _History(history_file)
-    print(f"partialflow shell on {client.target}; end statements with ';', \\q to quit, "
-          "help for help", file=out)
+    print(
+        f"partialflow shell on {client.target}; end statements with ';', \\q to quit, "
+        "help for help",
+        file=out,
+    )
     buffer, mark = "", history.length()
     try:
         while True:
@@ -169,7 +172,9 @@ def run_shell(
             buffer += line + "\n"
             statements, buffer = split_statements(buffer)
             if statements:
-                history.replace_since(mark, " ".join(s + ";" for s in statements).replace("\n", " "))
+                history.replace_since(
+                    mark, " ".join(s + ";" for s in statements).replace("\n", " ")
+                )
                 mark = history.length()
             for sql in statements:
                 run_statement(client, sql, out, err)

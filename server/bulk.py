@@ -153,7 +153,7 @@ def fingerprint(spark: Any, table: str, path: str) -> Fingerprint:
         return Fingerprint(table, path, int(size), int(mtime))
     except NotFound:
         raise
-    except Exception as err:
+    except Exception as err:  # noqa: BLE001 - any FileSystem failure: fall back
         log.warning("cannot fingerprint %s (%s); restart protection uses the path only", path, err)
         return Fingerprint(table, path, -1, -1)
 
@@ -203,8 +203,7 @@ def check_columns(
         file_name, kind = kinds[name.lower()]
         if kind not in _ACCEPTS[ctype]:
             raise InvalidArgument(
-                f"load into {table}: column {name} is {ctype} but the file's {file_name} is "
-                f"{kind}"
+                f"load into {table}: column {name} is {ctype} but the file's {file_name} is {kind}"
             )
 
 
@@ -253,14 +252,46 @@ class BulkLoader:
         if not active():
             log.info("load cancelled before its write", extra={"table": schema.name})
             return
-        yield Progress("write", 0, len(rows), f"writing {len(rows)} rows as one write")
-        with self._lock:
-            self._refuse_reload(fp, force)
-            lsn = write(schema.name, rows)
-            self.registry.record(fp, lsn, len(rows))
-        log.info("bulk load done", extra={"table": schema.name, "path": fp.path,
-                                          "rows": len(rows), "lsn": lsn})
+        lsn = yield from self._write(fp, rows, write, force)
+        log.info(
+            "bulk load done",
+            extra={"table": schema.name, "path": fp.path, "rows": len(rows), "lsn": lsn},
+        )
         yield Progress("done", len(rows), len(rows), f"loaded {len(rows)} rows", lsn, len(rows))
+
+    def _write(
+        self,
+        fp: Fingerprint,
+        rows: list[tuple],
+        write: Callable[[str, list[tuple]], int],
+        force: bool,
+    ) -> Iterator[Progress]:
+        """The one write (and its record) in a thread, with a heartbeat every second so
+        the client's clock moves and idle-stream timeouts do not fire; returns the LSN.
+
+        A client that leaves now does not stop it: the write is atomic and nearly done."""
+        message = f"writing {len(rows)} rows as one write"
+        box: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                with self._lock:
+                    self._refuse_reload(fp, force)
+                    box["lsn"] = write(fp.table, rows)
+                    self.registry.record(fp, box["lsn"], len(rows))
+            except BaseException as err:  # noqa: BLE001 - re-raised on the generator's thread
+                box["error"] = err
+
+        worker = threading.Thread(target=run, name="bulk-load-write", daemon=True)
+        worker.start()
+        yield Progress("write", 0, len(rows), message)
+        while worker.is_alive():
+            worker.join(1.0)
+            if worker.is_alive():
+                yield Progress("write", 0, len(rows), message)
+        if "error" in box:
+            raise box["error"]
+        return box["lsn"]
 
     def forget_table(self, table: str) -> None:
         with self._lock:
@@ -291,7 +322,7 @@ class BulkLoader:
                 check_columns(schema.name, columns, fields)
         except (InvalidArgument, NotFound):
             raise
-        except Exception as err:
+        except Exception as err:  # noqa: BLE001 - a Spark read error, reported below
             raise InvalidArgument(f"cannot read {path} as {fmt}: {_spark_message(err)}") from None
         return frame.select(
             [F.col(f"`{name}`").cast(_SPARK_NAMES[ctype]).alias(name) for name, ctype in columns]
@@ -310,8 +341,13 @@ class BulkLoader:
         # FAILFAST: a value that does not parse as its column's type fails the load instead
         # of silently becoming NULL.
         ddl = ", ".join(f"`{n}` {_SPARK_NAMES[t]}" for n, t in file_columns)
-        return (reader.option("header", header).option("mode", "FAILFAST")
-                .option("enforceSchema", True).schema(ddl).csv(path))
+        return (
+            reader.option("header", header)
+            .option("mode", "FAILFAST")
+            .option("enforceSchema", True)
+            .schema(ddl)
+            .csv(path)
+        )
 
     def _scan(self, frame: Any, table: str) -> Iterator[Progress]:
         """Run the Spark job in a thread, reporting task progress; returns an Arrow table."""
@@ -324,7 +360,7 @@ class BulkLoader:
                 if sc is not None:
                     sc.setJobGroup(group, f"partialflow load into {table}", True)
                 box["arrow"] = frame.toArrow()
-            except BaseException as err:  # handed to the generator's thread
+            except BaseException as err:  # noqa: BLE001 - handed to the generator's thread
                 box["error"] = err
 
         worker = threading.Thread(target=run, name="bulk-load-scan", daemon=True)
@@ -359,7 +395,7 @@ class BulkLoader:
     def _context(self) -> Any:
         try:
             return self.spark.sparkContext
-        except Exception:  # Spark Connect has no SparkContext: no task progress there
+        except Exception:  # noqa: BLE001 - Spark Connect has no SparkContext: no progress
             return None
 
     def _tasks(self, group: str) -> tuple[int, int]:
@@ -377,7 +413,7 @@ class BulkLoader:
                         done += stage.numCompletedTasks
                         total += stage.numTasks
             return done, total
-        except Exception:  # progress is best effort
+        except Exception:  # noqa: BLE001 - progress is best effort
             return 0, 0
 
     def _cancel(self, group: str) -> None:

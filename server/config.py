@@ -173,35 +173,72 @@ SERVE_OPTIONS: tuple[Option, ...] = (
     Option("--data", "data_dir", str, "data directory (created if missing); required", "DIR"),
     Option("--host", "host", str, "address to listen on (default 127.0.0.1: this machine only)"),
     Option("--port", "port", _int, "gRPC port (default 50051; 0 picks a free one)"),
-    Option("--memory-limit", "memory_limit", parse_size, "state memory limit, e.g. 64MB, 1GB",
-           "SIZE"),
-    Option("--spark-master", "spark_master", str, "any Spark master (default local[2])",
-           "MASTER"),
+    Option(
+        "--memory-limit", "memory_limit", parse_size, "state memory limit, e.g. 64MB, 1GB", "SIZE"
+    ),
+    Option("--spark-master", "spark_master", str, "any Spark master (default local[2])", "MASTER"),
     Option("--tls-cert", "tls_cert", str, "PEM certificate (chain): serve TLS", "FILE"),
     Option("--tls-key", "tls_key", str, "PEM private key of --tls-cert", "FILE"),
-    Option("--auth-token", "auth_token", str, "require 'authorization: Bearer TOKEN' on every "
-           "RPC but health", "TOKEN"),
-    Option("--auth-token-file", "auth_token_file", str, "read the token from FILE (first line)",
-           "FILE"),
-    Option("--metrics-port", "metrics_port", _int, "serve Prometheus metrics at "
-           "http://HOST:PORT/metrics (default off; 0 picks a free port)", "PORT"),
-    Option("--log-level", "log_level", _level, "DEBUG, INFO (default), WARNING or ERROR",
-           "LEVEL"),
-    Option("--log-format", "log_format", _choice(*LOG_FORMATS), "logfmt (default: key=value) "
-           "or json (one object per line)", "FORMAT"),
+    Option(
+        "--auth-token",
+        "auth_token",
+        str,
+        "require 'authorization: Bearer TOKEN' on every RPC but health",
+        "TOKEN",
+    ),
+    Option(
+        "--auth-token-file", "auth_token_file", str, "read the token from FILE (first line)", "FILE"
+    ),
+    Option(
+        "--metrics-port",
+        "metrics_port",
+        _int,
+        "serve Prometheus metrics at http://HOST:PORT/metrics (default off; 0 picks a free port)",
+        "PORT",
+    ),
+    Option("--log-level", "log_level", _level, "DEBUG, INFO (default), WARNING or ERROR", "LEVEL"),
+    Option(
+        "--log-format",
+        "log_format",
+        _choice(*LOG_FORMATS),
+        "logfmt (default: key=value) or json (one object per line)",
+        "FORMAT",
+    ),
     Option("--workers", "workers", _int, "gRPC handler threads (default 64)", "N"),
-    Option("--upquery-timeout", "upquery_timeout", _float, "seconds a lookup waits for a fill "
-           "(default 60)", "SECONDS"),
-    Option("--flush-rows", "flush_rows", _int, "flush logged writes to Parquet at this many "
-           "rows (default 20000)", "N"),
-    Option("--flush-interval", "flush_interval", _float, "...or this often (default 1.0 s)",
-           "SECONDS"),
-    Option("--retention-lsns", "retention_lsns", _int, "as_of reads stay exact this many LSNs "
-           "back (default 1000000)", "N"),
-    Option("--max-segments", "max_segments", _int, "compact a table past this many segments "
-           "(default 16)", "N"),
-    Option("--grace", "grace", _float, "seconds in-flight calls get on SIGTERM (default 5)",
-           "SECONDS"),
+    Option(
+        "--upquery-timeout",
+        "upquery_timeout",
+        _float,
+        "seconds a lookup waits for a fill (default 60)",
+        "SECONDS",
+    ),
+    Option(
+        "--flush-rows",
+        "flush_rows",
+        _int,
+        "flush logged writes to Parquet at this many rows (default 20000)",
+        "N",
+    ),
+    Option(
+        "--flush-interval", "flush_interval", _float, "...or this often (default 1.0 s)", "SECONDS"
+    ),
+    Option(
+        "--retention-lsns",
+        "retention_lsns",
+        _int,
+        "as_of reads stay exact this many LSNs back (default 1000000)",
+        "N",
+    ),
+    Option(
+        "--max-segments",
+        "max_segments",
+        _int,
+        "compact a table past this many segments (default 16)",
+        "N",
+    ),
+    Option(
+        "--grace", "grace", _float, "seconds in-flight calls get on SIGTERM (default 5)", "SECONDS"
+    ),
 )
 
 

@@ -89,7 +89,7 @@ def _explain_unparsed_create(rest: str) -> None:
         sep_lower = rest.lower().find(" as ")
         if sep_lower < 0 or not rest.strip().upper().startswith("VIEW"):
             return
-        query = rest[sep_lower + 4:]
+        query = rest[sep_lower + 4 :]
     try:
         sqlglot.parse_one(query)
     except sqlglot.errors.ParseError as err:
@@ -388,8 +388,14 @@ class Engine:
         """Bulk-load a Parquet or CSV file (read by Spark) as one atomic write; yields
         progress, the last event carrying the LSN. See ``partialflow.server.bulk``."""
         events = self.loader.load(
-            table, path, self._load_write, fmt=fmt, header=header, force=force,
-            options=options, active=active,
+            table,
+            path,
+            self._load_write,
+            fmt=fmt,
+            header=header,
+            force=force,
+            options=options,
+            active=active,
         )
         for event in events:
             if event.phase == "done":

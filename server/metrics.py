@@ -13,12 +13,11 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
+from partialflow.server.errors import Unavailable
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import start_http_server
 from prometheus_client.registry import Collector
-
-from partialflow.server.errors import Unavailable
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +46,16 @@ _STORAGE = {
 }
 # Dataflow-wide figures that are not counters of executor events.
 _NOT_EVENTS = {
-    "lsn", "memory_limit", "memory_bytes", "partial_bytes", "full_bytes", "views",
-    "upquery_ms", "spark_jobs", "busy_ns", "state_anomalies",
+    "lsn",
+    "memory_limit",
+    "memory_bytes",
+    "partial_bytes",
+    "full_bytes",
+    "views",
+    "upquery_ms",
+    "spark_jobs",
+    "busy_ns",
+    "state_anomalies",
 }
 
 
@@ -129,7 +136,8 @@ class EngineCollector(Collector):
                 family.add_metric([kind], _num(stats[f"{kind}_bytes"]))
         yield family
         yield from _gauge(
-            "partialflow_memory_limit_bytes", "State memory limit (0: none).",
+            "partialflow_memory_limit_bytes",
+            "State memory limit (0: none).",
             stats.get("memory_limit") or 0,
         )
 
@@ -152,16 +160,21 @@ class EngineCollector(Collector):
             yield from (_counter if counter else _gauge)(name, doc, storage.get(key))
 
     def _dataflow(self, stats: dict) -> Iterator[Metric]:
-        yield from _counter("partialflow_spark_jobs", "Spark jobs run for upqueries.",
-                            stats.get("spark_jobs"))
+        yield from _counter(
+            "partialflow_spark_jobs", "Spark jobs run for upqueries.", stats.get("spark_jobs")
+        )
         busy = _num(stats.get("busy_ns"))
         if busy is not None:
             yield CounterMetricFamily(
-                "partialflow_executor_busy_seconds", "Time the executor spent on packets.",
+                "partialflow_executor_busy_seconds",
+                "Time the executor spent on packets.",
                 value=busy / 1e9,
             )
-        yield from _gauge("partialflow_state_anomalies", "State consistency anomalies seen.",
-                          stats.get("state_anomalies"))
+        yield from _gauge(
+            "partialflow_state_anomalies",
+            "State consistency anomalies seen.",
+            stats.get("state_anomalies"),
+        )
         events = CounterMetricFamily(
             "partialflow_dataflow_events",
             "Executor events: writes_applied, fills, evictions, memory_evictions, join_misses...",

@@ -28,8 +28,11 @@ def tls(tmp_path_factory):
 def secured(spark, tmp_path_factory, tls):
     cert, key = tls
     srv = InProcessServer(
-        tmp_path_factory.mktemp("secured") / "data", spark,
-        tls_cert=str(cert), tls_key=str(key), auth_token=TOKEN,
+        tmp_path_factory.mktemp("secured") / "data",
+        spark,
+        tls_cert=str(cert),
+        tls_key=str(key),
+        auth_token=TOKEN,
     ).start()
     with Client(srv.address, tls_ca=cert, token=TOKEN) as db:
         db.execute("CREATE TABLE acl_t (k TEXT PRIMARY KEY, n BIGINT)")
@@ -62,16 +65,15 @@ def test_a_missing_or_wrong_token_is_refused_and_touches_nothing(secured, tls, t
 
 
 def test_plain_text_to_a_tls_server_is_refused(secured):
-    with Client(secured.address, token=TOKEN, timeout=5) as db:
-        with pytest.raises(Unavailable):
-            db.stats()
+    with Client(secured.address, token=TOKEN, timeout=5) as db, pytest.raises(Unavailable):
+        db.stats()
 
 
 def test_a_certificate_the_client_does_not_trust_is_refused(secured, tmp_path):
     other_cert, _ = self_signed(tmp_path / "other")
-    with Client(secured.address, tls_ca=other_cert, token=TOKEN, timeout=5) as db:
-        with pytest.raises(Unavailable):
-            db.stats()
+    client = Client(secured.address, tls_ca=other_cert, token=TOKEN, timeout=5)
+    with client as db, pytest.raises(Unavailable):
+        db.stats()
 
 
 def test_health_answers_without_a_token_but_reflection_needs_one(secured, tls):
@@ -79,16 +81,20 @@ def test_health_answers_without_a_token_but_reflection_needs_one(secured, tls):
 
     creds = grpc.ssl_channel_credentials(root_certificates=tls[0].read_bytes())
     with grpc.secure_channel(secured.address, creds) as channel:
-        reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5)
+        reply = health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(), timeout=5
+        )
         assert reply.status == health_pb2.HealthCheckResponse.SERVING
         stub = reflection_pb2_grpc.ServerReflectionStub(channel)
         request = reflection_pb2.ServerReflectionRequest(list_services="")
         with pytest.raises(grpc.RpcError) as caught:
             list(stub.ServerReflectionInfo(iter([request]), timeout=5))
         assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
-        answers = list(stub.ServerReflectionInfo(
-            iter([request]), timeout=5, metadata=[("authorization", f"Bearer {TOKEN}")]
-        ))
+        answers = list(
+            stub.ServerReflectionInfo(
+                iter([request]), timeout=5, metadata=[("authorization", f"Bearer {TOKEN}")]
+            )
+        )
         names = {s.name for s in answers[0].list_services_response.service}
         assert "partialflow.v1.Partialflow" in names
 
@@ -97,18 +103,37 @@ def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     environ = {k: v for k, v in os.environ.items() if not k.startswith("PARTIALFLOW_")}
     return subprocess.run(
         [sys.executable, "-m", "partialflow.client.cli", *args],
-        capture_output=True, text=True, timeout=120, env={**environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**environ, **(env or {})},
+        check=False,
     )
 
 
 def test_cli_with_tls_ca_and_token_from_flag_or_environment(secured, tls):
     ca = str(tls[0])
-    done = _cli("sql", "--server", secured.address, "--tls-ca", ca, "--token", TOKEN,
-                "SELECT k FROM acl_t WHERE k = 'a'")
+    done = _cli(
+        "sql",
+        "--server",
+        secured.address,
+        "--tls-ca",
+        ca,
+        "--token",
+        TOKEN,
+        "SELECT k FROM acl_t WHERE k = 'a'",
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[2].strip() == "a"
-    done = _cli("stats", "--json", env={"PARTIALFLOW_SERVER": secured.address,
-                                        "PARTIALFLOW_TLS_CA": ca, "PARTIALFLOW_TOKEN": TOKEN})
+    done = _cli(
+        "stats",
+        "--json",
+        env={
+            "PARTIALFLOW_SERVER": secured.address,
+            "PARTIALFLOW_TLS_CA": ca,
+            "PARTIALFLOW_TOKEN": TOKEN,
+        },
+    )
     assert done.returncode == 0, done.stderr
 
     done = _cli("stats", "--server", secured.address, "--tls-ca", ca)
@@ -136,7 +161,8 @@ def test_unreadable_tls_files_fail_start_up_clearly(spark, tmp_path):
     srv = InProcessServer(tmp_path / "data", spark, tls_cert=str(bad), tls_key=str(bad))
     with pytest.raises(InvalidArgument, match="not a PEM file"):
         srv.start()
-    srv = InProcessServer(tmp_path / "data", spark, tls_cert=str(tmp_path / "no.pem"),
-                          tls_key=str(bad))
+    srv = InProcessServer(
+        tmp_path / "data", spark, tls_cert=str(tmp_path / "no.pem"), tls_key=str(bad)
+    )
     with pytest.raises(InvalidArgument, match="cannot read the TLS certificate"):
         srv.start()

@@ -24,9 +24,21 @@ def _env(**extra: str) -> dict[str, str]:
 def cli(server, *args: str, stdin: str | None = None, env: dict | None = None):
     command, rest = args[0], args[1:]
     return subprocess.run(
-        [sys.executable, "-m", "partialflow.client.cli", command, "--server", server.address,
-         *rest],
-        input=stdin, capture_output=True, text=True, timeout=120, env=env or _env(),
+        [
+            sys.executable,
+            "-m",
+            "partialflow.client.cli",
+            command,
+            "--server",
+            server.address,
+            *rest,
+        ],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env or _env(),
+        check=False,
     )
 
 
@@ -77,20 +89,29 @@ def test_stats_is_a_table_per_view_and_of_figures(fruit):
     out = ok(cli(fruit, "stats"))
     header = out.splitlines()[0].split(" | ")
     assert [h.strip() for h in header] == [
-        "view", "keys_filled", "hits", "misses", "upqueries", "evictions", "memory_bytes"]
+        "view",
+        "keys_filled",
+        "hits",
+        "misses",
+        "upqueries",
+        "evictions",
+        "memory_bytes",
+    ]
     row = next(line for line in out.splitlines() if line.startswith("cmd_by_kind "))
     assert int(row.split("|")[1]) >= 1  # keys_filled
-    figures = dict(
-        (parts[0].strip(), parts[1].strip())
+    figures = {
+        parts[0].strip(): parts[1].strip()
         for parts in (line.split("|") for line in out.split("\n\n")[1].splitlines()[2:])
-    )
+    }
     assert int(figures["lsn"]) >= 1 and "storage.flushes" in figures
     assert "writes.rows_inserted" in figures
 
 
 def test_explain_create_view_is_a_dry_run(fruit):
-    sql = ("EXPLAIN CREATE VIEW cmd_dry AS SELECT kind, MAX(price) AS top FROM cmd_fruit "
-           "WHERE kind = ? GROUP BY kind")
+    sql = (
+        "EXPLAIN CREATE VIEW cmd_dry AS SELECT kind, MAX(price) AS top FROM cmd_fruit "
+        "WHERE kind = ? GROUP BY kind"
+    )
     out = ok(cli(fruit, "sql", sql))
     lines = out.splitlines()
     assert lines[0].strip() == "plan"
@@ -128,7 +149,8 @@ def test_load_a_csv_then_refuse_it_again(fruit, tmp_path):
     line = one_line_error(cli(fruit, "load", "cmd_load", str(path), "--header"), "ALREADY_EXISTS")
     assert "--force" in line
     assert ok(cli(fruit, "load", "cmd_load", str(path), "--header", "--force")).startswith(
-        "loaded 2 rows")
+        "loaded 2 rows"
+    )
     copy = tmp_path / "copy.csv"
     copy.write_text(path.read_text())
     # without --header the header line is data, and 'price' is no BIGINT
@@ -144,14 +166,24 @@ def test_compact_one_table_or_all(fruit):
     one_line_error(cli(fruit, "compact", "cmd_nothing"), "NOT_FOUND")
 
 
-@pytest.mark.parametrize("command", ["sql", "lookup", "stats", "explain", "graph", "load",
-                                     "compact"])
+@pytest.mark.parametrize(
+    "command", ["sql", "lookup", "stats", "explain", "graph", "load", "compact"]
+)
 def test_every_command_fails_cleanly_without_a_server(command):
-    args = {"sql": ["SELECT 1"], "lookup": ["v", "1"], "explain": ["v"], "graph": ["v"],
-            "load": ["t", "/x.parquet"], "compact": []}.get(command, [])
+    args = {
+        "sql": ["SELECT 1"],
+        "lookup": ["v", "1"],
+        "explain": ["v"],
+        "graph": ["v"],
+        "load": ["t", "/x.parquet"],
+        "compact": [],
+    }.get(command, [])
     done = subprocess.run(
         [sys.executable, "-m", "partialflow.client.cli", command, *args, "--timeout", "2"],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
         env=_env(PARTIALFLOW_SERVER="127.0.0.1:1"),  # the default comes from the environment
     )
     assert done.returncode == 1
@@ -167,8 +199,9 @@ class Terminal:
 
     def __init__(self, args: list[str], env: dict[str, str]) -> None:
         self.master, slave = pty.openpty()
-        self.proc = subprocess.Popen(args, stdin=slave, stdout=slave, stderr=slave, env=env,
-                                     close_fds=True)
+        self.proc = subprocess.Popen(
+            args, stdin=slave, stdout=slave, stderr=slave, env=env, close_fds=True
+        )
         os.close(slave)
         self.seen = ""
 

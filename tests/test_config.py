@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -24,9 +25,14 @@ def _flags(argv: list[str]) -> dict:
 
 
 def test_the_environment_fills_in_and_flags_win():
-    env = {"PARTIALFLOW_DATA": "/env/data", "PARTIALFLOW_PORT": "7000",
-           "PARTIALFLOW_MEMORY_LIMIT": "64MB", "PARTIALFLOW_LOG_LEVEL": "debug",
-           "PARTIALFLOW_METRICS_PORT": "9100", "PARTIALFLOW_UPQUERY_TIMEOUT": "2.5"}
+    env = {
+        "PARTIALFLOW_DATA": "/env/data",
+        "PARTIALFLOW_PORT": "7000",
+        "PARTIALFLOW_MEMORY_LIMIT": "64MB",
+        "PARTIALFLOW_LOG_LEVEL": "debug",
+        "PARTIALFLOW_METRICS_PORT": "9100",
+        "PARTIALFLOW_UPQUERY_TIMEOUT": "2.5",
+    }
     config = resolve_config(_flags(["--port", "0", "--log-level", "WARNING"]), env)
     assert config.data_dir == "/env/data"
     assert config.port == 0 and config.log_level == "WARNING"  # flags
@@ -68,10 +74,15 @@ def test_bad_settings_name_their_variable(env, message):
 
 def test_serve_without_a_data_directory_or_with_a_bad_variable_is_a_usage_error(tmp_path):
     def serve(env: dict) -> subprocess.CompletedProcess:
-        clean = {k: v for k, v in __import__("os").environ.items()
-                 if not k.startswith("PARTIALFLOW_")}
-        return subprocess.run([sys.executable, "-m", "partialflow.client.cli", "serve"],
-                              capture_output=True, text=True, timeout=60, env={**clean, **env})
+        clean = {k: v for k, v in os.environ.items() if not k.startswith("PARTIALFLOW_")}
+        return subprocess.run(
+            [sys.executable, "-m", "partialflow.client.cli", "serve"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**clean, **env},
+            check=False,
+        )
 
     done = serve({})
     assert done.returncode == 2 and "--data DIR or PARTIALFLOW_DATA" in done.stderr
@@ -101,7 +112,11 @@ def test_structured_logs(fmt):
     if fmt == "json":
         record = json.loads(line)
         assert (record["level"], record["msg"], record["rows"], record["path"]) == (
-            "info", "loaded file", 3, "/a b")
+            "info",
+            "loaded file",
+            3,
+            "/a b",
+        )
     else:
         assert 'level=info logger=partialflow.test msg="loaded file" rows=3 path="/a b"' in line
         assert line.startswith("ts=")

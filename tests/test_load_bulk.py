@@ -122,14 +122,19 @@ def test_csv_with_and_without_header(loader, tmp_path):
         bare.write_text("c;3;true\n")
         assert db.load("ld_csv", str(bare), format="csv", options={"sep": ";"}).rows == 1
         assert sorted(db.query("SELECT name, n, ok FROM ld_csv").rows) == [
-            ("a", 1, True), ("b", 2, False), ("c", 3, True),
+            ("a", 1, True),
+            ("b", 2, False),
+            ("c", 3, True),
         ]
 
 
 @pytest.mark.parametrize(
     "columns, message",
     [
-        ({"k": pa.array([1]), "extra": pa.array([1])}, "the file's column extra is not in the table"),
+        (
+            {"k": pa.array([1]), "extra": pa.array([1])},
+            "the file's column extra is not in the table",
+        ),
         ({"other": pa.array([1])}, "the file has no column k"),
         ({"k": pa.array(["x"])}, "column k is BIGINT but the file's k is string"),
         ({"k": pa.array([1.5])}, "column k is BIGINT but the file's k is double"),

@@ -35,7 +35,9 @@ def test_counters_move_after_writes_and_reads(metered):
     view = (("view", "met_total"),)
     with metered.client() as db:
         db.execute("CREATE TABLE met_t (g TEXT, v BIGINT)")
-        db.execute("CREATE VIEW met_total AS SELECT g, SUM(v) AS s FROM met_t WHERE g = ? GROUP BY g")
+        db.execute(
+            "CREATE VIEW met_total AS SELECT g, SUM(v) AS s FROM met_t WHERE g = ? GROUP BY g"
+        )
         before = scrape(metered)
         lsn = db.insert("met_t", [("a", 1), ("a", 2), ("b", 5)])
         db.delete("met_t", [("b", 5)])
@@ -77,9 +79,10 @@ def test_compaction_is_counted(metered):
             db.flush()
         before = scrape(metered)
         db.compact("met_c")
-    assert scrape(metered)[("partialflow_storage_compactions_total", ())] > before[
-        ("partialflow_storage_compactions_total", ())
-    ]
+    assert (
+        scrape(metered)[("partialflow_storage_compactions_total", ())]
+        > before[("partialflow_storage_compactions_total", ())]
+    )
 
 
 def test_metrics_are_off_unless_asked(server):
