@@ -88,6 +88,10 @@ class Config:
     metrics_port: int | None = None
     log_level: str = "INFO"
     log_format: str = "logfmt"
+    # Background read sampler (server/verifier.py): the fraction of served keys re-checked
+    # against Spark at the LSN they were served at (0 = off), at most so many per second.
+    verify_sample: float = 0.0
+    verify_max_per_second: float = 2.0
 
     def __post_init__(self) -> None:
         if not self.data_dir:
@@ -114,6 +118,12 @@ class Config:
         for name in ("upquery_timeout", "flush_interval", "grace"):
             if getattr(self, name) < 0:
                 raise ValueError(f"invalid {name} {getattr(self, name)}: must not be negative")
+        if not 0 <= self.verify_sample <= 1:
+            raise ValueError(f"invalid verify_sample {self.verify_sample}: a fraction, 0..1")
+        if self.verify_max_per_second <= 0:
+            raise ValueError(
+                f"invalid verify_max_per_second {self.verify_max_per_second}: must be positive"
+            )
 
     @property
     def tls(self) -> bool:
@@ -238,6 +248,20 @@ SERVE_OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "--grace", "grace", _float, "seconds in-flight calls get on SIGTERM (default 5)", "SECONDS"
+    ),
+    Option(
+        "--verify-sample",
+        "verify_sample",
+        _float,
+        "re-check this fraction of served reads against Spark at their LSN (default 0: off)",
+        "RATE",
+    ),
+    Option(
+        "--verify-max-per-second",
+        "verify_max_per_second",
+        _float,
+        "at most this many of those checks per second (default 2)",
+        "N",
     ),
 )
 

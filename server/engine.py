@@ -24,6 +24,7 @@ from partialflow.server.bulk import BulkLoader, Progress
 from partialflow.server.config import Config
 from partialflow.server.errors import AlreadyExists, InvalidArgument, NotFound, Unavailable
 from partialflow.server.storage import Column, Storage, TableSchema, normalize_type
+from partialflow.server.verifier import Verifier, attach_verifier
 
 try:
     from partialflow.server.dataflow import Dataflow
@@ -203,6 +204,7 @@ class Engine:
         )
         self.storage.open()
         self.dataflow: Any = None
+        self.verifier: Verifier | None = None
         try:
             self.loader = BulkLoader(self.storage, spark, config.data_dir)
             if Dataflow is not None:
@@ -213,6 +215,12 @@ class Engine:
                     upquery_timeout=config.upquery_timeout,
                 )
                 self.dataflow.start()
+                self.verifier = attach_verifier(
+                    self.storage,
+                    self.dataflow,
+                    sample=config.verify_sample,
+                    max_per_second=config.verify_max_per_second,
+                )
         except BaseException:
             self.storage.close()
             raise
@@ -227,6 +235,8 @@ class Engine:
             return
         self._closed = True
         try:
+            if self.verifier is not None:
+                self.verifier.close()
             if self.dataflow is not None:
                 self.dataflow.close()
         finally:
@@ -479,4 +489,6 @@ class Engine:
         result["storage"] = self.storage.stats()
         with self._writes_lock:
             result["writes"] = dict(self._writes)
+        if self.verifier is not None:
+            result["verifier"] = self.verifier.stats()
         return result
