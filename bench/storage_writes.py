@@ -83,7 +83,6 @@ def run_writes(base: Path, threads: int, batch: int, seconds: float, pk: bool) -
 
 
 def run_scan(base: Path, nrows: int, repeats: int) -> None:
-    from pyspark.sql import functions as F
 
     from partialflow.server.spark import spark_session
 
