@@ -8,6 +8,7 @@
     partialflow graph [--png FILE] VIEW
     partialflow load [--format parquet|csv] [--header] [--force] TABLE PATH
     partialflow compact [TABLE]
+    partialflow stress [--duration S] [--views V,..] [--faults MODES] ...  (see client/stress/)
 
 Client commands take ``--server`` (default ``$PARTIALFLOW_SERVER`` or 127.0.0.1:50051),
 ``--token`` (``$PARTIALFLOW_TOKEN``) and ``--tls-ca`` (``$PARTIALFLOW_TLS_CA``). Every
@@ -26,6 +27,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from partialflow.client import stress
 from partialflow.client.output import format_compaction, format_stats, format_table, print_result
 from partialflow.server.config import SERVE_OPTIONS, resolve_config
 
@@ -284,6 +286,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     compact = command("compact", _compact, "compact one table's segments, or all tables'")
     compact.add_argument("table", nargs="?")
+
+    stress.add_arguments(command("stress", stress.run, stress.HELP))
     return parser
 
 

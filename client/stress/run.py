@@ -1,0 +1,205 @@
+"""One stress run, start to end: set up, load (with faults), recover, verify, report."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+import secrets
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from partialflow.client import Client, DeadlineExceeded, PartialflowError, Unavailable
+from partialflow.client.stress import workload as wl
+from partialflow.client.stress.hooks import TestHooks
+from partialflow.client.stress.load import (
+    LoadConfig, Writer, fault_schedule, run_faults, run_progress, run_reader, run_writer,
+)
+from partialflow.client.stress.record import Failure, Journal, Read, Write
+from partialflow.client.stress.report import RunInfo, render, summarize
+from partialflow.client.stress.verify import check_tables, table_check_lsns, verify_reads
+
+_FAULT = re.compile(r"^(fail|hang|slow:\d+(\.\d+)?)$")
+_CONNECTION = ("token", "tls_ca", "tls", "tls_server_name")  # Client options the CLI may carry
+
+
+def _connect(args: argparse.Namespace, timeout: float | None = None) -> Client:
+    """Another client like the CLI's (one per thread: separate channels, separate LSN floors)."""
+    extra = {k: getattr(args, k) for k in _CONNECTION if getattr(args, k, None) is not None}
+    return Client(args.server, timeout=timeout or args.timeout, **extra)
+
+
+def _check_args(args: argparse.Namespace) -> str | None:
+    if args.writers < 1 or args.readers < 1:
+        return "--writers and --readers must be at least 1"
+    if args.duration <= 0 or args.fault_window <= 0:
+        return "--duration and --fault-window must be positive"
+    if not 0 <= args.evict_rate <= 1:
+        return "--evict-rate is a probability, 0..1"
+    bad = [m for m in args.faults if not _FAULT.match(m)]
+    if bad:
+        return f"unknown fault mode {bad[0]!r}; modes are fail, hang, slow:SECONDS"
+    if args.prefix is not None and not re.match(r"^[A-Za-z_][A-Za-z0-9_]{0,30}$", args.prefix):
+        return "--prefix must be a plain identifier (letters, digits, _)"
+    return None
+
+
+def _setup(client: Client, prefix: str, views: list[wl.ViewSpec], rng: random.Random, journal: Journal) -> dict[str, list[tuple]]:
+    seed = wl.seed_rows(rng)
+    for table, (ddl, _) in wl.TABLES.items():
+        client.execute(f"CREATE TABLE {prefix}{table} ({ddl})")
+        journal.writes.append(Write(client.insert(prefix + table, seed[table]), table, "seed", [], seed[table]))
+    for spec in views:
+        sql = f"CREATE VIEW {prefix}{spec.name} AS " + spec.sql.format(p=prefix)
+        for attempt in range(3):
+            try:
+                client.execute(sql)
+                break
+            except (Unavailable, DeadlineExceeded):
+                # Loading a view's full state is a Spark job under the server's upquery
+                # deadline, which a short --upquery-timeout on a busy machine can miss;
+                # the failed view is removed, so trying again is safe.
+                if attempt == 2:
+                    raise
+    return seed
+
+
+def _cleanup(client: Client, prefix: str, views: list[wl.ViewSpec]) -> None:
+    for spec in reversed(views):
+        client.execute(f"DROP VIEW IF EXISTS {prefix}{spec.name}")
+    for table in wl.TABLES:
+        client.execute(f"DROP TABLE IF EXISTS {prefix}{table}")
+
+
+def _recover(client: Client, prefix: str, views: list[wl.ViewSpec], journal: Journal) -> list[str]:
+    """Evict every key of every view and read them all again, cold, through Spark (one
+    thread per view, so the fills overlap). After faults this shows the server recovered;
+    the reads are verified like the others. Returns the views that never answered."""
+    readable = [v for v in views if v.oracle is not None]
+    with ThreadPoolExecutor(max_workers=len(readable), thread_name_prefix="recover") as pool:
+        problems = pool.map(lambda spec: _recover_view(client, prefix + spec.name, spec, journal), readable)
+        return [p for p in problems if p]
+
+
+def _recover_view(client: Client, name: str, spec: wl.ViewSpec, journal: Journal, attempts: int = 4) -> str | None:
+    evicted = False
+    for attempt in range(1, attempts + 1):
+        start = journal.now()
+        try:
+            if not evicted:  # once: a retry finds the keys the failed try's fills completed
+                client.evict(name)
+                evicted = True
+            t0 = time.perf_counter()
+            got = client.lookup_many(name, list(spec.keys))
+        except PartialflowError as err:
+            journal.failures.append(Failure("recovery", type(err).__name__, str(err), start, journal.now(), spec.name))
+            if attempt == attempts:
+                return f"{spec.name}: {type(err).__name__}: {err} (after {attempts} tries)"
+            time.sleep(attempt)
+            continue
+        ms = (time.perf_counter() - t0) * 1000
+        for key, result in got.items():
+            journal.reads.append(Read(spec.name, tuple(key), result.lsn, list(result.rows), start, ms, "recovery", -1))
+        return None
+    return None
+
+
+def _server_figures(stats: dict, prefix: str, views: list[wl.ViewSpec]) -> dict[str, Any]:
+    mine = [stats.get("views", {}).get((prefix + v.name).lower(), {}) for v in views]
+    return {k: sum(int(v.get(k, 0)) for v in mine) for k in ("hits", "misses", "upqueries", "evictions")}
+
+
+def _spark(master: str) -> Any:
+    """The verification Spark session (local by default, in this process)."""
+    from partialflow.server.spark import spark_session
+
+    return spark_session(master, app_name="partialflow-stress")
+
+
+def _load(client: Client, args: argparse.Namespace, cfg: LoadConfig, prefix: str, views: list[wl.ViewSpec],
+          seed: dict[str, list[tuple]], journal: Journal, hooks: TestHooks | None) -> float:
+    """Run the threads for ``cfg.duration`` seconds (Ctrl-C ends early); returns the time taken."""
+    stop = threading.Event()
+    rng = random.Random(cfg.seed)
+    clients = [_connect(args) for _ in range(cfg.writers + cfg.readers)]
+    readable = [v for v in views if v.oracle is not None]
+    threads = [
+        threading.Thread(target=run_writer, name=f"writer-{i}", daemon=True,
+                         args=(clients[i], prefix, Writer(i, cfg.writers, seed, random.Random(rng.random())), journal, stop, cfg.write_rate))
+        for i in range(cfg.writers)
+    ]
+    threads += [
+        threading.Thread(target=run_reader, name=f"reader-{i}", daemon=True,
+                         args=(clients[cfg.writers + i], prefix, i, readable, journal, stop, random.Random(rng.random()), cfg.evict_rate))
+        for i in range(cfg.readers)
+    ]
+    began = journal.now()
+    side = [threading.Thread(target=run_progress, args=(journal, stop, began), daemon=True)]
+    if hooks is not None:
+        schedule = fault_schedule(cfg.faults, cfg.duration, cfg.fault_window, began)
+        side.append(threading.Thread(target=run_faults, args=(hooks.set_faults, schedule, journal, stop), daemon=True))
+    for t in threads + side:
+        t.start()
+    try:
+        stop.wait(cfg.duration)
+    except KeyboardInterrupt:
+        print("\ninterrupted: stopping the load and checking what was recorded", file=sys.stderr)
+    stop.set()
+    for t in threads + side:
+        t.join(timeout=args.timeout + 30)
+    for c in clients:
+        c.close()
+    return journal.now() - began
+
+
+def run_stress(client: Client, args: argparse.Namespace) -> int:
+    """The ``partialflow stress`` command; 0 if everything checked out, 1 otherwise."""
+    problem = _check_args(args)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 1
+    try:
+        views = wl.select_views(args.views)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    hooks = TestHooks(client, timeout=args.timeout) if args.faults else None
+    if hooks is not None:
+        hooks.set_faults("")  # refused early (FailedPrecondition) unless the server has hooks on
+    prefix = (args.prefix or f"stress{secrets.token_hex(3)}_").lower()
+    cfg = LoadConfig(args.writers, args.readers, args.duration, args.evict_rate, args.write_rate, args.seed,
+                     args.faults, args.fault_window)
+    journal = Journal()
+    seed = _setup(client, prefix, views, random.Random(args.seed), journal)
+    try:
+        print(f"stress: prefix {prefix}, {len(views)} views, {cfg.writers} writers, {cfg.readers} readers, "
+              f"{cfg.duration:g} s" + (f", faults {','.join(cfg.faults)}" if cfg.faults else ""), file=sys.stderr)
+        took = _load(client, args, cfg, prefix, views, seed, journal, hooks)
+        print("stress: load done; reading every key again, then verifying", file=sys.stderr)
+        recovery = _recover(client, prefix, views, journal)
+        lsns = table_check_lsns(journal.writes, max(w.lsn for w in journal.writes), random.Random(args.seed))
+        # Whole-table snapshot scans can take long on a busy server; they are not the load.
+        with _connect(args, timeout=max(args.timeout, 600.0)) as patient:
+            lost = check_tables(patient, prefix, journal.writes, lsns)
+        stats = client.stats()
+        # Spark starts only now: on a small machine its start-up would skew the latencies.
+        verdict = verify_reads(_spark(args.spark_master), journal.reads, journal.writes, views)
+        verdict.lost, verdict.table_checks = lost, lsns
+    finally:
+        if hooks is not None:
+            hooks.set_faults("")
+        if not args.keep:
+            _cleanup(client, prefix, views)
+    info = RunInfo(args.server, prefix, args.seed, [v.name for v in views if v.oracle is not None], took,
+                   args.miss_ms, args.fault_settle if args.fault_settle is not None else args.timeout,
+                   recovery, _server_figures(stats, prefix, views), stats.get("upquery_ms") or {})
+    summary = summarize(journal, verdict, info)
+    print(render(summary))
+    if args.report_json:
+        with open(args.report_json, "w", encoding="utf-8") as f:
+            json.dump(summary, f, indent=2, default=str)
+    return 0 if summary["passed"] else 1
