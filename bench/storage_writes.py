@@ -83,8 +83,7 @@ def run_writes(base: Path, threads: int, batch: int, seconds: float, pk: bool) -
 
 
 def run_scan(base: Path, nrows: int, repeats: int) -> None:
-
-    from partialflow.server.spark import spark_session
+    from partialflow.server.spark import spark_session  # only the scan part needs Spark
 
     spark = spark_session()
     d = base / "scan"
