@@ -52,11 +52,22 @@ class Dataflow:
     def start(self) -> None:
         """Start the executor and re-create the persisted views (their state starts empty)."""
         self.executor.start()
+        # Warm the JVM's query path in the background: on a fresh JVM the first upquery
+        # pays seconds of class loading and JIT that a reader should not wait for.
+        threading.Thread(target=self._warm_up, name="spark-warm-up", daemon=True).start()
         for name, sql in self.storage.views():
             try:
                 self._create(name, sql, persist=False)
             except Exception as e:
                 log.error("could not re-create view %s: %s", name, e)
+
+    def _warm_up(self) -> None:
+        try:
+            spark = self.runner.spark
+            df = spark.range(2000).selectExpr("id % 7 AS k", "id AS v")
+            df.filter("k IN (1, 2)").groupBy("k").agg({"v": "max"}).collect()
+        except Exception:  # only an optimisation
+            log.debug("Spark warm-up failed", exc_info=True)
 
     def close(self) -> None:
         self.executor.stop()
@@ -104,7 +115,7 @@ class Dataflow:
         plan = Planner(self._table_columns, lambda v: self._view_plan(v, used)).plan(sql)
         scratch = Graph()
         scratch.add_view(name.lower(), sql, plan)
-        return scratch.explain(name.lower())
+        return scratch.explain(name.lower(), live=False)
 
     def _install(self, name: str, sql: str, plan: ViewPlan) -> tuple[Reader, Waiter | None]:
         reader, new_full = self.graph.add_view(name, sql, plan)

@@ -257,7 +257,8 @@ class Graph:
         return sorted(node.users) if node else []
 
     # -- display -----------------------------------------------------------------------
-    def explain(self, name: str) -> str:
+    def explain(self, name: str, live: bool = True) -> str:
+        """The view's operator tree; ``live`` adds each state's filled keys and bytes."""
         reader = self.readers[name]
         lines: list[str] = []
 
@@ -265,7 +266,7 @@ class Graph:
             pad = "  " * depth
             lines.append(f"{pad}{n.label()}  [n{n.nid}]")
             for st in _states_of(n):
-                lines.append(f"{pad}  └ {st.describe()}")
+                lines.append(f"{pad}  └ {st.describe(live)}")
                 if st.reason:
                     lines.append(f"{pad}    why: {st.reason}")
             for p in n.parents:

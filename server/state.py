@@ -145,11 +145,12 @@ class State:
     def memory_bytes(self) -> int:
         return sum(self.sizes.values())
 
-    def describe(self) -> str:
+    def describe(self, live: bool = True) -> str:
         key = ",".join(map(str, self.partial_cols))
         idx = ",".join(map(str, self.index_cols))
         mode = {"partial": f"partial on [{key}]", "miss": f"partial (evict-on-miss) on [{key}]", "full": "full"}[self.mode]
-        return f"{self.kind} state {mode}, index [{idx}], {len(self.buckets)} keys filled, {self.memory_bytes} B"
+        head = f"{self.kind} state {mode}, index [{idx}]"
+        return f"{head}, {len(self.buckets)} keys filled, {self.memory_bytes} B" if live else head
 
 
 class StateAccess:
