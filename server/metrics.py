@@ -98,6 +98,7 @@ class EngineCollector(Collector):
         yield from self._writes(stats.get("writes") or {})
         yield from self._storage(stats.get("storage") or {})
         yield from self._dataflow(stats)
+        yield from self._verifier(stats.get("verifier") or {})
 
     def _views(self, views: dict) -> Iterator[Metric]:
         for key, (name, doc) in _VIEW_COUNTERS.items():
@@ -184,6 +185,17 @@ class EngineCollector(Collector):
             if key not in _NOT_EVENTS and _num(value) is not None and key != "applied_lsn":
                 events.add_metric([key], _num(value))
         yield events
+
+
+    def _verifier(self, verifier: dict) -> Iterator[Metric]:
+        # The background read sampler (serve --verify-sample, server/verifier.py).
+        for key, doc in (
+            ("checks", "Sampled reads re-checked against Spark at their LSN."),
+            ("mismatches", "Sampled reads whose rows differed from Spark's at their LSN."),
+            ("dropped", "Sampled reads dropped because the check queue was full."),
+            ("errors", "Sampled reads that could not be checked (Spark failed)."),
+        ):
+            yield from _counter(f"partialflow_verifier_{key}", doc, verifier.get(key))
 
 
 class Metrics:
