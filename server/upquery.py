@@ -193,7 +193,7 @@ class UpqueryRunner:
             df = self.subtree(node.parents[side], snapshot, memo, filters)
             cols = list(st.partial_cols)
         if st.partial_cols:
-            df = df.filter(key_filter(cols, keys))
+            df = keep_keys(df, cols, keys)
         return df
 
     def subtree(self, node: Node, snapshot: Any, memo: dict[int, DataFrame], filters: dict[int, dict[int, set]]) -> DataFrame:
@@ -205,7 +205,8 @@ class UpqueryRunner:
                 # Python and pushes the filter into the Parquet scan. A superset is fine:
                 # the exact key filter is applied on top.
                 f = filters.get(node.nid)
-                names = {node.columns[c]: sorted(v, key=repr) for c, v in f.items()} if f else None
+                # (Not for many values: storage builds its filter literal by literal too.)
+                names = {node.columns[c]: sorted(v, key=repr) for c, v in (f or {}).items() if len(v) <= MANY_KEYS} or None
                 try:
                     df = snapshot.table_df(node.table, filters=names)
                 except InvalidArgument:  # a key of the wrong type: let Spark compare it
@@ -244,6 +245,35 @@ def _base_filters(node: Node, cols: tuple[int, ...], keys: set[Row], out: dict[i
         mapped = _trace(node.op, cols, p)
         if mapped is not None:
             _base_filters(parent, mapped, keys, out)
+
+
+# Above this many keys a filter of literals costs more than the scan: PySpark makes a few
+# Py4J round trips per literal (about 1 s per 1000 keys), so the keys go to Spark as one
+# Arrow batch and a semi-join instead.
+MANY_KEYS = 200
+
+
+def keep_keys(df: DataFrame, cols: list[int], keys: set[Row]) -> DataFrame:
+    """``df``'s rows whose columns ``cols`` equal one of ``keys`` (NULL keys never match)."""
+    live = [k for k in keys if all(v is not None for v in k)]
+    if len(live) > MANY_KEYS:
+        try:
+            wanted = _keys_frame(df, cols, live)
+        except Exception:  # a key the column's type can't hold: let Spark compare it
+            wanted = None
+        if wanted is not None:
+            return df.join(wanted, on=[f"_c{c}" for c in cols], how="left_semi")
+    return df.filter(key_filter(cols, keys))
+
+
+def _keys_frame(df: DataFrame, cols: list[int], keys: list[Row]) -> DataFrame:
+    """The keys as a DataFrame with the key columns' names and types (one Arrow batch)."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    fields = [df.schema[f"_c{c}"] for c in cols]
+    arrays = [pa.array([k[i] for k in keys], type=to_arrow_type(f.dataType)) for i, f in enumerate(fields)]
+    return df.sparkSession.createDataFrame(pa.Table.from_arrays(arrays, names=[f.name for f in fields]))
 
 
 def key_filter(cols: list[int], keys: set[Row]) -> Column:
