@@ -142,7 +142,11 @@ def spark_compact(
     new = df.filter(F.col(LSN_COL) > horizon)
     tmp_dir = table_dir / f"_tmp-compact-{uuid.uuid4().hex}"
     try:
-        old.unionByName(new).coalesce(1).write.parquet(str(tmp_dir))
+        # One file, but several row groups: Spark splits a scan of a big segment by row
+        # group, so both cores (or a cluster) share it.
+        old.unionByName(new).coalesce(1).write.option("parquet.block.size", 8 << 20).parquet(
+            str(tmp_dir)
+        )
         parts = sorted(p for p in tmp_dir.iterdir() if p.name.startswith("part-") and p.suffix == ".parquet")
         min_lsn = min(s.min_lsn for s in inputs)
         max_lsn = max(s.max_lsn for s in inputs)
