@@ -152,3 +152,19 @@ def test_concurrent_updates_race_indexer_and_flusher(make_store) -> None:
     assert dict(st.query("SELECT id, name FROM u")[1]) == final
     want = Counter((t, "x", float(i), True) for t in range(8) for i in range(1, 40))
     assert Counter(st.query("SELECT * FROM t")[1]) == want
+
+
+def test_key_filter_applied_to_memtable_before_spark(store: Storage, monkeypatch) -> None:
+    store.create_table(BAG)
+    store.write("t", [(i % 10, "m", float(i), True) for i in range(100)])  # memtable only
+    shipped: list[int] = []
+    original = store.spark.createDataFrame
+
+    def spy(data, *args, **kwargs):
+        shipped.append(getattr(data, "num_rows", -1))
+        return original(data, *args, **kwargs)
+
+    monkeypatch.setattr(store.spark, "createDataFrame", spy)
+    with store.snapshot() as snap:
+        assert snap.table_df("t", {"k": [3]}).count() == 10
+    assert shipped == [10]  # only the matching unflushed rows went to Spark
