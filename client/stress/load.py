@@ -145,7 +145,7 @@ def run_reader(
                 n = client.evict(name, None if everything else keys[0])
                 journal.count(evictions=1, evicted_keys=n)
             except Exception as err:  # noqa: BLE001
-                journal.failures.append(_failure("evict", err, start, journal.now(), f"{spec.name} {keys[0]!r}"))
+                journal.add(failure=_failure("evict", err, start, journal.now(), f"{spec.name} {keys[0]!r}"))
         start = journal.now()
         t0 = time.perf_counter()
         try:
@@ -156,15 +156,16 @@ def run_reader(
                 got = client.lookup_many(name, keys)
                 call = "lookup_many"
         except Exception as err:  # noqa: BLE001
-            journal.failures.append(_failure("read", err, start, journal.now(), f"{spec.name} {keys!r}"))
+            journal.add(failure=_failure("read", err, start, journal.now(), f"{spec.name} {keys!r}"))
             continue
         ms = (time.perf_counter() - t0) * 1000
-        journal.calls.append((ms, call, len(keys)))
+        reads = []
         for key, result in got.items():
             if result.lsn < last_lsn:
                 journal.lsn_regressions.append(f"reader {index}: {spec.name} {key!r} at LSN {result.lsn} after LSN {last_lsn}")
             last_lsn = max(last_lsn, result.lsn)
-            journal.reads.append(Read(spec.name, tuple(key), result.lsn, list(result.rows), start, ms, call, index))
+            reads.append(Read(spec.name, tuple(key), result.lsn, list(result.rows), start, ms, call, index))
+        journal.add(reads=reads, call=(ms, call, len(keys)))
 
 
 def fault_schedule(modes: list[str], duration: float, window: float, began: float = 0.0) -> list[tuple[float, float, str]]:

@@ -71,7 +71,25 @@ class Journal:
     calls: list[tuple[float, str, int]] = field(default_factory=list)  # ms, call, keys: answered reads
     evictions: int = 0  # evict calls this run made
     evicted_keys: int = 0  # keys those calls evicted (the server's count)
+    closed: bool = False  # set when verification starts: later answers are not taken
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, *, reads: list[Read] = (), failure: Failure | None = None, call: tuple[float, str, int] | None = None) -> None:
+        """Record a call's outcome, unless the journal is closed: a reader still blocked
+        in a call when the load ended may answer during verification, and what is
+        verified and what is reported must be the same reads."""
+        with self._lock:
+            if self.closed:
+                return
+            self.reads.extend(reads)
+            if failure is not None:
+                self.failures.append(failure)
+            if call is not None:
+                self.calls.append(call)
+
+    def close(self) -> None:
+        with self._lock:
+            self.closed = True
 
     def count(self, **amounts: int) -> None:
         """Add to the counters above (``+=`` on a shared int can lose updates)."""

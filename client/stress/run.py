@@ -76,16 +76,17 @@ def _cleanup(client: Client, prefix: str, views: list[wl.ViewSpec]) -> None:
 
 
 def _recover(client: Client, prefix: str, views: list[wl.ViewSpec], journal: Journal) -> list[str]:
-    """Evict every key of every view and read them all again, cold, through Spark (one
-    thread per view, so the fills overlap). After faults this shows the server recovered;
-    the reads are verified like the others. Returns the views that never answered."""
+    """Evict every key of every view and read them all again, cold, through Spark (two
+    views at a time, so fills overlap without all competing at once). After faults this
+    shows the server recovered; the reads are verified like the others. Returns the views
+    that never answered."""
     readable = [v for v in views if v.oracle is not None]
-    with ThreadPoolExecutor(max_workers=len(readable), thread_name_prefix="recover") as pool:
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="recover") as pool:
         problems = pool.map(lambda spec: _recover_view(client, prefix + spec.name, spec, journal), readable)
         return [p for p in problems if p]
 
 
-def _recover_view(client: Client, name: str, spec: wl.ViewSpec, journal: Journal, attempts: int = 4) -> str | None:
+def _recover_view(client: Client, name: str, spec: wl.ViewSpec, journal: Journal, attempts: int = 3) -> str | None:
     evicted = False
     for attempt in range(1, attempts + 1):
         start = journal.now()
@@ -96,14 +97,13 @@ def _recover_view(client: Client, name: str, spec: wl.ViewSpec, journal: Journal
             t0 = time.perf_counter()
             got = client.lookup_many(name, list(spec.keys))
         except PartialflowError as err:
-            journal.failures.append(Failure("recovery", type(err).__name__, str(err), start, journal.now(), spec.name))
+            journal.add(failure=Failure("recovery", type(err).__name__, str(err), start, journal.now(), spec.name))
             if attempt == attempts:
                 return f"{spec.name}: {type(err).__name__}: {err} (after {attempts} tries)"
             time.sleep(attempt)
             continue
         ms = (time.perf_counter() - t0) * 1000
-        for key, result in got.items():
-            journal.reads.append(Read(spec.name, tuple(key), result.lsn, list(result.rows), start, ms, "recovery", -1))
+        journal.add(reads=[Read(spec.name, tuple(k), r.lsn, list(r.rows), start, ms, "recovery", -1) for k, r in got.items()])
         return None
     return None
 
@@ -149,10 +149,14 @@ def _load(client: Client, args: argparse.Namespace, cfg: LoadConfig, prefix: str
     except KeyboardInterrupt:
         print("\ninterrupted: stopping the load and checking what was recorded", file=sys.stderr)
     stop.set()
+    # Writers finish their write (the history must be complete); readers get a moment,
+    # and one still blocked in a slow miss is left to finish on its own (see Journal.add).
+    grace = time.monotonic() + 5.0
     for t in threads + side:
-        t.join(timeout=args.timeout + 30)
-    for c in clients:
-        c.close()
+        t.join(timeout=args.timeout + 30 if t.name.startswith("writer") else max(0.0, grace - time.monotonic()))
+    for c, t in zip(clients, threads):
+        if not t.is_alive():
+            c.close()
     return journal.now() - began
 
 
@@ -180,14 +184,21 @@ def run_stress(client: Client, args: argparse.Namespace) -> int:
               f"{cfg.duration:g} s" + (f", faults {','.join(cfg.faults)}" if cfg.faults else ""), file=sys.stderr)
         took = _load(client, args, cfg, prefix, views, seed, journal, hooks)
         print("stress: load done; reading every key again, then verifying", file=sys.stderr)
-        recovery = _recover(client, prefix, views, journal)
+        # Spark starts now, not earlier (its start-up would skew the latencies on a small
+        # machine), while the final reads and table checks run on the server.
+        starter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spark-start")
+        spark = starter.submit(_spark, args.spark_master)
+        starter.shutdown(wait=False)
+        # Recovery is about answering again, not fast: a busy server gets a long deadline.
+        with _connect(args, timeout=max(args.timeout, 120.0)) as patient:
+            recovery = _recover(patient, prefix, views, journal)
         lsns = table_check_lsns(journal.writes, max(w.lsn for w in journal.writes), random.Random(args.seed))
         # Whole-table snapshot scans can take long on a busy server; they are not the load.
         with _connect(args, timeout=max(args.timeout, 600.0)) as patient:
             lost = check_tables(patient, prefix, journal.writes, lsns)
         stats = client.stats()
-        # Spark starts only now: on a small machine its start-up would skew the latencies.
-        verdict = verify_reads(_spark(args.spark_master), journal.reads, journal.writes, views)
+        journal.close()
+        verdict = verify_reads(spark.result(), journal.reads, journal.writes, views)
         verdict.lost, verdict.table_checks = lost, lsns
     finally:
         if hooks is not None:

@@ -128,7 +128,7 @@ def verify_reads(spark: Any, reads: list[Read], writes: list[Write], views: list
     def table_frame(table: str) -> Any:
         if table not in frames:
             schema = wl.TABLES[table][1]
-            frames[table] = spark.createDataFrame(history[table], f"{schema}, _from bigint, _to bigint").cache()
+            frames[table] = _frame(spark, history[table], f"{schema}, _from bigint, _to bigint").cache()
         return frames[table]
 
     by_view: dict[str, list[Read]] = defaultdict(list)
@@ -142,7 +142,7 @@ def verify_reads(spark: Any, reads: list[Read], writes: list[Write], views: list
         effective = {r.lsn: _effective(changed, r.lsn) for r in mine}
         ats = sorted(set(effective.values()))
         verdict.snapshots += len(ats)
-        at_df = F.broadcast(spark.createDataFrame([(a,) for a in ats], "_at bigint"))
+        at_df = F.broadcast(_frame(spark, [(a,) for a in ats], "_at bigint"))
         for table in spec.tables:
             h = table_frame(table)
             as_of = at_df.join(h, (h["_from"] <= at_df["_at"]) & (at_df["_at"] < h["_to"]))
@@ -174,9 +174,22 @@ def _evaluate(spark: Any, spec: wl.ViewSpec, reads: list[Read], effective: dict[
     oracle = oracle.toDF(*names)
     wanted = sorted({(effective[r.lsn], *r.key) for r in reads}, key=repr)
     key_schema = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in oracle.schema.fields[: 1 + n])
-    wanted_df = spark.createDataFrame(wanted, key_schema)
+    wanted_df = _frame(spark, wanted, key_schema)
     out: dict[tuple, list[tuple]] = defaultdict(list)
     for row in oracle.join(wanted_df, on=names[: 1 + n], how="left_semi").collect():
         out[(row[0], tuple(row[1 : 1 + n]))].append(tuple(row[1 + n :]))
     return out
 
+
+_ARROW = {"string": "string", "bigint": "int64", "double": "float64", "boolean": "bool_"}
+
+
+def _frame(spark: Any, rows: list[tuple], schema: str) -> Any:
+    """A DataFrame of Python rows, shipped as one Arrow table: no Python worker processes,
+    several times faster than ``createDataFrame(rows)`` on a cold JVM."""
+    import pyarrow as pa
+
+    fields = [f.split() for f in schema.split(",")]
+    columns = list(zip(*rows)) if rows else [()] * len(fields)
+    table = pa.table({name: pa.array(list(col), type=getattr(pa, _ARROW[kind])()) for (name, kind), col in zip(fields, columns)})
+    return spark.createDataFrame(table)
