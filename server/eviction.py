@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from partialflow.operators.base import Delta, Row
+from partialflow.operators.base import Row
 from partialflow.server.graph import Node
 from partialflow.server.state import State
 
@@ -67,27 +67,6 @@ class EvictionMixin:
                     self._evict(st, k)
             else:
                 self._evict(st, fk)
-
-    def _hold_for_pending(self, node: Node, pidx: int, delta: Delta, lsn: int, side: State, fk: Row) -> bool:
-        """A miss in an evict-on-miss index whose only affected downstream key is being
-        filled: rather than cancel that fill (which under steady updates can starve it),
-        hold the delta in it and complete the fill only once the index key is filled too.
-        Replaying then counts every pair of the join exactly once, as the delta's own index
-        update is deferred with it."""
-        targets = self._downstream_keys(node, pidx, delta[0])
-        if not targets or any(k is None or k in st.buckets for st, k in targets):
-            return False
-        fills = {st.pending[k] for st, k in targets if k in st.pending}
-        if len(fills) != 1:
-            return False
-        fill = fills.pop()
-        if lsn <= fill.lsn:
-            return False
-        key = next(k for st, k in targets if k in st.pending)
-        fill.hold(lsn, key, ("node", node, pidx, delta))
-        fill.needs.add((side, fk))
-        self.counters["held_for_index"] += 1
-        return True
 
     def _downstream_keys(self, node: Node, pidx: int, row: Row) -> list[tuple[State, Row | None]]:
         """The nearest states above ``node`` that a delta of ``row`` from parent ``pidx``
@@ -145,9 +124,7 @@ class EvictionMixin:
     def _pinned(self, st: State, fk: Row) -> bool:
         """Keys a fill in flight relies on are not evicted for memory: evicting them would
         cancel that fill, and under pressure fills would never complete."""
-        if any(fk in d.pending for d in st.dependents):
-            return True
-        return any((st, fk) in f.needs for f in self.waiting) or any((st, fk) in f.needs for f in self.fills)
+        return any(fk in d.pending for d in st.dependents)
 
     def touch(self, st: State, fk: Row) -> None:
         """A read hit: mark the key recently used (caller holds the lock)."""

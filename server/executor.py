@@ -58,7 +58,6 @@ class Executor(FillsMixin, EvictionMixin):
         self.wanted: dict[State, dict[Row, list[Waiter]]] = {}
         self.inflight: dict[int, Fill] = {}  # requester sid -> its fill
         self.fills: set[Fill] = set()
-        self.waiting: set[Fill] = set()  # replied, waiting for index keys they hold for
         self._touched: set[tuple[State, Row]] = set()
         # Lock-free reads (a seqlock): readers' published rows and the LSN they are exact
         # at change only inside an odd pub_version; readers retry if it moved.
@@ -206,14 +205,13 @@ class Executor(FillsMixin, EvictionMixin):
                 held[m.delta] += 1
                 continue
             self.counters["join_misses"] += 1
+            # The update can't be computed: drop it and evict what it could affect. (Holding
+            # it for a pending downstream key instead would defer this delta's own index
+            # update, and later deltas of the same row would then reach that index out of
+            # order.) An evict-on-miss index then fills the key it missed.
+            self._evict_downstream(node, pidx, m.delta[0])
             if side.mode == "miss":
-                if self._hold_for_pending(node, pidx, m.delta, lsn, side, fk):
-                    held[m.delta] += 1
-                else:
-                    self._evict_downstream(node, pidx, m.delta[0])
                 self._want(side, fk, None)
-            else:
-                self._evict_downstream(node, pidx, m.delta[0])
         own_side = node.sides.get(pidx)
         if own_side is not None:
             for d in deltas:
@@ -250,7 +248,6 @@ class Executor(FillsMixin, EvictionMixin):
         if any(st.mode == "full" for st, _ in self._touched):
             self.full_bytes = sum(s.memory_bytes for s in self.states.values() if s.mode == "full")
         self._touched.clear()
-        self._retry_waiting()
         self._enforce_memory()
         self._issue_wanted()
         self._publish()

@@ -98,11 +98,6 @@ class FillsMixin:
     def _finish_fill(self, fill: Fill, results: dict[int, list[Row]] | None, error: Exception | None) -> None:
         if fill.dead:
             return
-        if error is None and self._missing_needs(fill):
-            fill.results = results  # complete once the index keys it held for are filled
-            self.waiting.add(fill)
-            return
-        self.waiting.discard(fill)
         self.fills.discard(fill)
         if self.inflight.get(fill.requester.sid) is fill:
             del self.inflight[fill.requester.sid]
@@ -148,20 +143,6 @@ class FillsMixin:
             except Exception:  # a metrics hook must never break the executor
                 log.exception("observer failed")
 
-    def _missing_needs(self, fill: Fill) -> bool:
-        missing = False
-        for st, fk in fill.needs:
-            if fk not in st.buckets:
-                missing = True
-                if fk not in st.pending and st.sid in self.states:
-                    self._want(st, fk, None)
-        return missing
-
-    def _retry_waiting(self) -> None:
-        for fill in list(self.waiting):
-            if not self._missing_needs(fill):
-                self._finish_fill(fill, fill.results, None)
-
     def _fail_fill(self, fill: Fill, error: Exception) -> None:
         for x, keys in fill.keys.items():
             for k in keys:
@@ -187,7 +168,6 @@ class FillsMixin:
         for fill in list(self.fills):
             if now - fill.started > self.upquery_timeout:
                 self.fills.discard(fill)
-                self.waiting.discard(fill)
                 if self.inflight.get(fill.requester.sid) is fill:
                     del self.inflight[fill.requester.sid]
                 fill.dead = True

@@ -17,12 +17,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+import logging
+
 from partialflow.operators.base import Row
 from partialflow.operators.sizes import row_size
 
 if TYPE_CHECKING:
     from partialflow.server.graph import Node  # noqa: F401
     from partialflow.server.upquery import Fill
+
+_log = logging.getLogger("partialflow.state")
 
 Mode = Literal["partial", "miss", "full"]
 # partial: holes per fill key, filled together with the states above it (same key);
@@ -92,6 +96,7 @@ class State:
             # counted, never shown: reads skip counts <= 0, and stats report anomalies.
             if n < 0:
                 self.anomalies += 1
+                _log.warning("state %s: count of row %r fell below zero (fill key %r)", self.label, row, fk)
             bag[row] = n
         else:
             del bag[row]

@@ -63,9 +63,6 @@ class Fill:
     # Updates with LSN > self.lsn that met a pending key: (lsn, seq, fill key, item).
     held: list[tuple[int, int, Row, tuple]] = field(default_factory=list)
     cancelled: set[Row] = field(default_factory=set)
-    # Evict-on-miss index keys (state, key) that held updates need before completion.
-    needs: set[tuple[State, Row]] = field(default_factory=set)
-    results: dict[int, list[Row]] | None = None
     fid: int = field(default_factory=lambda: next(_fids))
     started: float = field(default_factory=time.monotonic)
     dead: bool = False
@@ -262,7 +259,8 @@ def keep_keys(df: DataFrame, cols: list[int], keys: set[Row]) -> DataFrame:
         except Exception:  # a key the column's type can't hold: let Spark compare it
             wanted = None
         if wanted is not None:
-            return df.join(wanted, on=[f"_c{c}" for c in cols], how="left_semi")
+            # A join USING columns puts them first: select restores the positions.
+            return df.join(wanted, on=[f"_c{c}" for c in cols], how="left_semi").select(*df.columns)
     return df.filter(key_filter(cols, keys))
 
 
