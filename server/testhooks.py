@@ -51,7 +51,9 @@ class TestHooks:
         return self.engine._views()
 
     @_rpc
-    def Corrupt(self, request: struct_pb2.Struct, context: grpc.ServicerContext) -> struct_pb2.Struct:
+    def Corrupt(
+        self, request: struct_pb2.Struct, context: grpc.ServicerContext
+    ) -> struct_pb2.Struct:
         """{"view": V, "key": [..]} -> {"planted": bool}: a wrong row in one filled key
         (False if the key is not filled)."""
         dataflow = self._dataflow()
@@ -59,10 +61,14 @@ class TestHooks:
         view, key = args.get("view"), args.get("key", [])
         if not isinstance(view, str) or not isinstance(key, list):
             raise InvalidArgument("Corrupt needs {'view': name, 'key': [values]}")
-        return to_struct({"planted": dataflow.corrupt_for_test(view, tuple(_plain(v) for v in key))})
+        return to_struct(
+            {"planted": dataflow.corrupt_for_test(view, tuple(_plain(v) for v in key))}
+        )
 
     @_rpc
-    def SetFaults(self, request: struct_pb2.Struct, context: grpc.ServicerContext) -> struct_pb2.Struct:
+    def SetFaults(
+        self, request: struct_pb2.Struct, context: grpc.ServicerContext
+    ) -> struct_pb2.Struct:
         """{"mode": "" | "fail" | "hang" | "slow:SECONDS"} -> {"mode": previous mode}."""
         faults = self._dataflow().runner.faults
         mode = json_format.MessageToDict(request).get("mode", "")

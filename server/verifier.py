@@ -26,9 +26,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import sqlglot
-from sqlglot import exp
-
 from partialflow.server.errors import InvalidArgument, NotFound
+from sqlglot import exp
 
 log = logging.getLogger("partialflow.verifier")
 
@@ -83,7 +82,9 @@ def oracle_sql(sql: str, key: Sequence[Any], view_sql: Callable[[str], str | Non
     return tree.sql(dialect="spark")
 
 
-def _inline_views(tree: exp.Expression, view_sql: Callable[[str], str | None], depth: int) -> exp.Expression:
+def _inline_views(
+    tree: exp.Expression, view_sql: Callable[[str], str | None], depth: int
+) -> exp.Expression:
     if depth > 32:  # views cannot be cyclic, but a bug should not recurse forever
         raise InvalidArgument("views nested too deeply to verify")
 
@@ -92,7 +93,9 @@ def _inline_views(tree: exp.Expression, view_sql: Callable[[str], str | None], d
             inner = view_sql(node.name.lower())
             if inner is not None:
                 sub = _inline_views(sqlglot.parse_one(inner), view_sql, depth + 1)
-                return exp.Subquery(this=sub, alias=exp.TableAlias(this=exp.to_identifier(node.alias_or_name)))
+                return exp.Subquery(
+                    this=sub, alias=exp.TableAlias(this=exp.to_identifier(node.alias_or_name))
+                )
         return node
 
     return tree.transform(swap)
@@ -113,7 +116,9 @@ class Verifier:
         if not 0.0 <= sample <= 1.0:
             raise ValueError(f"invalid verify sample {sample}: a fraction of reads, 0..1")
         if max_per_second <= 0:
-            raise ValueError(f"invalid verify rate {max_per_second}: checks per second must be positive")
+            raise ValueError(
+                f"invalid verify rate {max_per_second}: checks per second must be positive"
+            )
         self.storage = storage
         self.view_sql = view_sql
         self.sample = sample
@@ -178,7 +183,7 @@ class Verifier:
             # e.g. the LSN fell behind the retention horizon, or a table was dropped.
             log.debug("verifier skipped %s %r at LSN %d: %s", view, key, lsn, err)
             return "skipped"
-        except Exception as err:  # a Spark failure is not a verdict on the read
+        except Exception as err:  # noqa: BLE001 - a Spark failure is no verdict on the read
             log.warning("verifier could not check %s %r at LSN %d: %s", view, key, lsn, err)
             return "errors"
         if same_rows(rows, want):
@@ -186,10 +191,20 @@ class Verifier:
         got_s, want_s = sorted(map(repr, rows)), sorted(map(repr, want))
         log.error(
             "verifier MISMATCH in view %s key %r at LSN %d: served %s, Spark at that LSN %s",
-            view, key, lsn, got_s, want_s,
+            view,
+            key,
+            lsn,
+            got_s,
+            want_s,
         )
         with self._lock:
-            self._last_mismatch = {"view": view, "key": list(key), "lsn": lsn, "served": got_s, "expected": want_s}
+            self._last_mismatch = {
+                "view": view,
+                "key": list(key),
+                "lsn": lsn,
+                "served": got_s,
+                "expected": want_s,
+            }
         return "mismatches"
 
     def _count(self, outcome: str) -> None:
@@ -220,7 +235,9 @@ class Verifier:
             return out
 
 
-def attach_verifier(storage: Any, dataflow: Any, *, sample: float, max_per_second: float) -> Verifier:
+def attach_verifier(
+    storage: Any, dataflow: Any, *, sample: float, max_per_second: float
+) -> Verifier:
     """A started Verifier fed by ``dataflow``'s read observers (none if ``sample`` is 0,
     so an unsampled server pays nothing on reads)."""
 

@@ -8,7 +8,6 @@ import threading
 import time
 
 import pytest
-
 from partialflow.server.errors import InvalidArgument
 from partialflow.server.verifier import Verifier, oracle_sql, same_rows
 
@@ -22,7 +21,11 @@ def test_oracle_sql_binds_parameters_in_order():
 
 
 def test_oracle_sql_inlines_views_under_their_alias():
-    sql = oracle_sql("SELECT category, AVG(price) AS p FROM winning WHERE category = ? GROUP BY category", (2,), VIEWS.get)
+    sql = oracle_sql(
+        "SELECT category, AVG(price) AS p FROM winning WHERE category = ? GROUP BY category",
+        (2,),
+        VIEWS.get,
+    )
     assert f"FROM ({WINNING}) AS winning WHERE category = 2" in sql
     aliased = oracle_sql("SELECT w.price FROM winning AS w WHERE w.auction = ?", (1,), VIEWS.get)
     assert f"FROM ({WINNING}) AS w WHERE" in aliased
@@ -30,7 +33,9 @@ def test_oracle_sql_inlines_views_under_their_alias():
 
 def test_oracle_sql_breaks_top_k_ties_like_the_dataflow():
     # Without the tie-breakers Spark could keep a different row among equal points.
-    sql = oracle_sql("SELECT g, p, pts FROM s WHERE g = ? ORDER BY pts DESC LIMIT 3", (1,), VIEWS.get)
+    sql = oracle_sql(
+        "SELECT g, p, pts FROM s WHERE g = ? ORDER BY pts DESC LIMIT 3", (1,), VIEWS.get
+    )
     assert sql.endswith("ORDER BY pts DESC, 1, 2, 3 LIMIT 3")
 
 
@@ -73,7 +78,12 @@ def _wait(pred, timeout: float = 10.0) -> None:
 
 def test_verifier_counts_checks_and_mismatches_at_the_reads_lsn(caplog):
     views = {"v": "SELECT k, n FROM t WHERE k = ?"}
-    storage = FakeStorage({"SELECT k, n FROM t WHERE k = 'a'": [("a", 1)], "SELECT k, n FROM t WHERE k = 'b'": [("b", 2)]})
+    storage = FakeStorage(
+        {
+            "SELECT k, n FROM t WHERE k = 'a'": [("a", 1)],
+            "SELECT k, n FROM t WHERE k = 'b'": [("b", 2)],
+        }
+    )
     ver = Verifier(storage, views.get, sample=1.0, max_per_second=1000)
     ver.start()
     try:
@@ -134,4 +144,6 @@ def test_verifier_close_is_prompt_with_an_idle_queue():
     ver.start()
     t0 = time.monotonic()
     ver.close()
-    assert time.monotonic() - t0 < 2 and not any(t.name == "verifier" and t.is_alive() for t in threading.enumerate())
+    assert time.monotonic() - t0 < 2 and not any(
+        t.name == "verifier" and t.is_alive() for t in threading.enumerate()
+    )

@@ -24,30 +24,87 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Declare the ``stress`` options on ``parser`` (connection options come from the CLI)."""
     from partialflow.client.stress.workload import READ_VIEWS
 
-    parser.add_argument("--views", type=lambda s: [v.strip() for v in s.split(",") if v.strip()], default=None,
-                        metavar="V1,V2", help=f"views to read (default all): {', '.join(READ_VIEWS)}")
-    parser.add_argument("--writers", type=int, default=4, metavar="N", help="writer threads (default 4)")
-    parser.add_argument("--readers", type=int, default=4, metavar="M", help="reader threads (default 4)")
-    parser.add_argument("--evict-rate", type=float, default=0.05, metavar="P",
-                        help="chance that a read is preceded by an explicit evict (default 0.05)")
-    parser.add_argument("--duration", type=float, default=60.0, metavar="S", help="seconds of load (default 60)")
-    parser.add_argument("--seed", type=int, default=1, metavar="X", help="random seed of the workload (default 1)")
-    parser.add_argument("--write-rate", type=float, default=25.0, metavar="W",
-                        help="writes per second per writer, 0 = unthrottled (default 25; every write "
-                             "is a snapshot the verifier may have to rebuild)")
-    parser.add_argument("--faults", type=lambda s: [m.strip() for m in s.split(",") if m.strip()], default=[],
-                        metavar="MODES", help="inject Spark-scan faults in windows, e.g. fail,slow:2,hang "
-                                              "(the server needs PARTIALFLOW_TEST_HOOKS=1)")
-    parser.add_argument("--fault-window", type=float, default=8.0, metavar="S", help="seconds per fault window (default 8)")
-    parser.add_argument("--fault-settle", type=float, default=None, metavar="S",
-                        help="seconds after a window whose errors still count as its own (default: the "
-                             "call timeout)")
-    parser.add_argument("--miss-ms", type=float, default=50.0, metavar="MS",
-                        help="reads slower than this count as misses in the latency split (default 50)")
-    parser.add_argument("--prefix", default=None, help="name prefix of the tables and views (default: random)")
+    parser.add_argument(
+        "--views",
+        type=lambda s: [v.strip() for v in s.split(",") if v.strip()],
+        default=None,
+        metavar="V1,V2",
+        help=f"views to read (default all): {', '.join(READ_VIEWS)}",
+    )
+    parser.add_argument(
+        "--writers", type=int, default=4, metavar="N", help="writer threads (default 4)"
+    )
+    parser.add_argument(
+        "--readers", type=int, default=4, metavar="M", help="reader threads (default 4)"
+    )
+    parser.add_argument(
+        "--evict-rate",
+        type=float,
+        default=0.05,
+        metavar="P",
+        help="chance that a read is preceded by an explicit evict (default 0.05)",
+    )
+    parser.add_argument(
+        "--duration", type=float, default=60.0, metavar="S", help="seconds of load (default 60)"
+    )
+    parser.add_argument(
+        "--seed", type=int, default=1, metavar="X", help="random seed of the workload (default 1)"
+    )
+    parser.add_argument(
+        "--write-rate",
+        type=float,
+        default=25.0,
+        metavar="W",
+        help="writes per second per writer, 0 = unthrottled (default 25; every write "
+        "is a snapshot the verifier may have to rebuild)",
+    )
+    parser.add_argument(
+        "--faults",
+        type=lambda s: [m.strip() for m in s.split(",") if m.strip()],
+        default=[],
+        metavar="MODES",
+        help="inject Spark-scan faults in windows, e.g. fail,slow:2,hang "
+        "(the server needs PARTIALFLOW_TEST_HOOKS=1)",
+    )
+    parser.add_argument(
+        "--fault-window",
+        type=float,
+        default=8.0,
+        metavar="S",
+        help="seconds per fault window (default 8)",
+    )
+    parser.add_argument(
+        "--fault-settle",
+        type=float,
+        default=None,
+        metavar="S",
+        help="seconds after a window whose errors still count as its own (default: the "
+        "call timeout)",
+    )
+    parser.add_argument(
+        "--plant-wrong-answer",
+        metavar="VIEW",
+        default=None,
+        help="test the checkers: plant a wrong row in the first key of VIEW that is "
+        "read (the server needs PARTIALFLOW_TEST_HOOKS=1); the run must then FAIL",
+    )
+    parser.add_argument(
+        "--miss-ms",
+        type=float,
+        default=50.0,
+        metavar="MS",
+        help="reads slower than this count as misses in the latency split (default 50)",
+    )
+    parser.add_argument(
+        "--prefix", default=None, help="name prefix of the tables and views (default: random)"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the tables and views afterwards")
-    parser.add_argument("--spark-master", default="local[2]", help="Spark for the verification (default local[2])")
-    parser.add_argument("--report-json", metavar="FILE", default=None, help="also write the report as JSON")
+    parser.add_argument(
+        "--spark-master", default="local[2]", help="Spark for the verification (default local[2])"
+    )
+    parser.add_argument(
+        "--report-json", metavar="FILE", default=None, help="also write the report as JSON"
+    )
     return parser
 
 

@@ -35,14 +35,20 @@ class LoadConfig:
 
 
 def _failure(what: str, err: Exception, start: float, end: float, detail: str) -> Failure:
-    kind = type(err).__name__ if isinstance(err, PartialflowError) else f"{type(err).__name__} (client)"
+    kind = (
+        type(err).__name__
+        if isinstance(err, PartialflowError)
+        else f"{type(err).__name__} (client)"
+    )
     return Failure(what, kind, str(err).splitlines()[0] if str(err) else "", start, end, detail)
 
 
 class Writer:
     """One writer thread's share of the data and its next write."""
 
-    def __init__(self, index: int, count: int, seed_rows: dict[str, list[tuple]], rng: random.Random) -> None:
+    def __init__(
+        self, index: int, count: int, seed_rows: dict[str, list[tuple]], rng: random.Random
+    ) -> None:
         self.rng = rng
         # Bag tables: the rows this writer may delete or update (its share of the seed).
         self.bags = {t: seed_rows[t][index::count] for t in ("visit", "bid", "score")}
@@ -53,7 +59,9 @@ class Writer:
 
     def next_write(self) -> tuple[str, str, list[tuple], list[tuple]]:
         """(table, op, deletes, inserts) of the next write; the model assumes it succeeds."""
-        table = self.rng.choices(["visit", "bid", "score", "info", "auction"], [35, 25, 20, 10, 10])[0]
+        table = self.rng.choices(
+            ["visit", "bid", "score", "info", "auction"], [35, 25, 20, 10, 10]
+        )[0]
         if table == "info" and self.products:
             return self._info()
         if table == "auction" and self.auctions:
@@ -88,7 +96,10 @@ class Writer:
             rows.extend(new)
             return table, "insert", [], new
         if r < p_insert + 0.3:
-            gone = [rows.pop(self.rng.randrange(len(rows))) for _ in range(min(len(rows), self.rng.randint(1, 2)))]
+            gone = [
+                rows.pop(self.rng.randrange(len(rows)))
+                for _ in range(min(len(rows), self.rng.randint(1, 2)))
+            ]
             return table, "delete", gone, []
         old = rows.pop(self.rng.randrange(len(rows)))
         new = make(self.rng)
@@ -97,7 +108,9 @@ class Writer:
         return table, "update", [old], [new]
 
 
-def run_writer(client: Any, prefix: str, writer: Writer, journal: Journal, stop: threading.Event, rate: float) -> None:
+def run_writer(
+    client: Any, prefix: str, writer: Writer, journal: Journal, stop: threading.Event, rate: float
+) -> None:
     gap = 1.0 / rate if rate > 0 else 0.0
     next_at = time.monotonic()
     while not stop.is_set():
@@ -129,15 +142,28 @@ def _pick_keys(rng: random.Random, keys: tuple[tuple, ...]) -> list[tuple]:
 
 
 def run_reader(
-    client: Any, prefix: str, index: int, views: list[wl.ViewSpec], journal: Journal,
-    stop: threading.Event, rng: random.Random, evict_rate: float,
+    client: Any,
+    prefix: str,
+    index: int,
+    views: list[wl.ViewSpec],
+    journal: Journal,
+    stop: threading.Event,
+    rng: random.Random,
+    evict_rate: float,
+    plant: tuple[str, Callable[[str, tuple], bool]] | None = None,
 ) -> None:
+    """Read until ``stop``. With ``plant`` = (view, corrupt), the first key of that view this
+    reader reads gets a wrong row planted and is read again at once (a self-test: the
+    verification must then fail)."""
     last_lsn = 0
+    again: tuple[wl.ViewSpec, list[tuple]] | None = None
     while not stop.is_set():
-        spec = rng.choice(views)
-        keys = _pick_keys(rng, spec.keys)
+        spec, keys = again or (None, [])
+        if spec is None:
+            spec = rng.choice(views)
+            keys = _pick_keys(rng, spec.keys)
         name = prefix + spec.name
-        if rng.random() < evict_rate:
+        if again is None and rng.random() < evict_rate:
             start = journal.now()
             try:
                 # Mostly one key; now and then every key of the view.
@@ -145,7 +171,9 @@ def run_reader(
                 n = client.evict(name, None if everything else keys[0])
                 journal.count(evictions=1, evicted_keys=n)
             except Exception as err:  # noqa: BLE001
-                journal.add(failure=_failure("evict", err, start, journal.now(), f"{spec.name} {keys[0]!r}"))
+                journal.add(
+                    failure=_failure("evict", err, start, journal.now(), f"{spec.name} {keys[0]!r}")
+                )
         start = journal.now()
         t0 = time.perf_counter()
         try:
@@ -156,19 +184,39 @@ def run_reader(
                 got = client.lookup_many(name, keys)
                 call = "lookup_many"
         except Exception as err:  # noqa: BLE001
-            journal.add(failure=_failure("read", err, start, journal.now(), f"{spec.name} {keys!r}"))
+            journal.add(
+                failure=_failure("read", err, start, journal.now(), f"{spec.name} {keys!r}")
+            )
             continue
         ms = (time.perf_counter() - t0) * 1000
         reads = []
         for key, result in got.items():
             if result.lsn < last_lsn:
-                journal.lsn_regressions.append(f"reader {index}: {spec.name} {key!r} at LSN {result.lsn} after LSN {last_lsn}")
+                journal.lsn_regressions.append(
+                    f"reader {index}: {spec.name} {key!r} at LSN {result.lsn} after LSN {last_lsn}"
+                )
             last_lsn = max(last_lsn, result.lsn)
-            reads.append(Read(spec.name, tuple(key), result.lsn, list(result.rows), start, ms, call, index))
+            reads.append(
+                Read(spec.name, tuple(key), result.lsn, list(result.rows), start, ms, call, index)
+            )
         journal.add(reads=reads, call=(ms, call, len(keys)))
+        again = None
+        if plant is not None and spec.name == plant[0] and journal.planted is None:
+            start = journal.now()
+            try:
+                if plant[1](name, keys[0]):
+                    journal.planted = f"{spec.name} key {keys[0]!r} at {start:.1f} s"
+                    again = (spec, keys[:1])
+            except Exception as err:  # noqa: BLE001 - e.g. hooks refused: a failure to report
+                journal.add(
+                    failure=_failure("plant", err, start, journal.now(), f"{spec.name} {keys[0]!r}")
+                )
+                plant = None
 
 
-def fault_schedule(modes: list[str], duration: float, window: float, began: float = 0.0) -> list[tuple[float, float, str]]:
+def fault_schedule(
+    modes: list[str], duration: float, window: float, began: float = 0.0
+) -> list[tuple[float, float, str]]:
     """(start, end, mode) windows in the middle of a load that began at ``began``, clean gaps
     between them, and a clean first fifth and last quarter (so the run also shows recovery)."""
     if not modes:
@@ -183,7 +231,12 @@ def fault_schedule(modes: list[str], duration: float, window: float, began: floa
     return out
 
 
-def run_faults(set_mode: Callable[[str], None], schedule: list[tuple[float, float, str]], journal: Journal, stop: threading.Event) -> None:
+def run_faults(
+    set_mode: Callable[[str], None],
+    schedule: list[tuple[float, float, str]],
+    journal: Journal,
+    stop: threading.Event,
+) -> None:
     try:
         for start, end, mode in schedule:
             if stop.wait(max(0.0, start - journal.now())):
@@ -208,11 +261,15 @@ def progress_line(journal: Journal, elapsed: float) -> str:
     active = next((w.mode for w in journal.windows if w.end == float("inf")), "")
     rate = f"{writes / elapsed:.0f} w/s, {reads / elapsed:.0f} r/s" if elapsed > 0 else ""
     fault = f", FAULT {active}" if active else ""
-    return (f"[{elapsed:5.0f}s] writes {writes}, reads {reads} ({rate}), evictions {journal.evictions}, "
-            f"errors {errors}{fault}")
+    return (
+        f"[{elapsed:5.0f}s] writes {writes}, reads {reads} ({rate}), evictions {journal.evictions}, "
+        f"errors {errors}{fault}"
+    )
 
 
-def run_progress(journal: Journal, stop: threading.Event, began: float, out: Any = sys.stderr) -> None:
+def run_progress(
+    journal: Journal, stop: threading.Event, began: float, out: Any = sys.stderr
+) -> None:
     """A live line: rewritten in place on a terminal, a new line every 5 s otherwise."""
     tty = hasattr(out, "isatty") and out.isatty()
     every = 1.0 if tty else 5.0

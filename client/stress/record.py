@@ -68,13 +68,22 @@ class Journal:
     failures: list[Failure] = field(default_factory=list)
     windows: list[FaultWindow] = field(default_factory=list)
     lsn_regressions: list[str] = field(default_factory=list)
-    calls: list[tuple[float, str, int]] = field(default_factory=list)  # ms, call, keys: answered reads
+    calls: list[tuple[float, str, int]] = field(
+        default_factory=list
+    )  # ms, call, keys: answered reads
     evictions: int = 0  # evict calls this run made
     evicted_keys: int = 0  # keys those calls evicted (the server's count)
+    planted: str | None = None  # where --plant-wrong-answer planted its wrong row
     closed: bool = False  # set when verification starts: later answers are not taken
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def add(self, *, reads: list[Read] = (), failure: Failure | None = None, call: tuple[float, str, int] | None = None) -> None:
+    def add(
+        self,
+        *,
+        reads: list[Read] = (),
+        failure: Failure | None = None,
+        call: tuple[float, str, int] | None = None,
+    ) -> None:
         """Record a call's outcome, unless the journal is closed: a reader still blocked
         in a call when the load ended may answer during verification, and what is
         verified and what is reported must be the same reads."""

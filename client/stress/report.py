@@ -23,6 +23,7 @@ class RunInfo:
     miss_ms: float  # latency above which a read counts as a miss
     settle: float  # seconds after a fault window whose errors still count as caused by it
     recovery: list[str]  # problems of the post-fault recovery pass (empty: recovered)
+    plant: str | None  # the view --plant-wrong-answer named
     server_delta: dict[str, Any]  # hits/misses/upqueries/evictions of the stress views
     server_upquery_ms: dict[str, Any]
 
@@ -30,8 +31,18 @@ class RunInfo:
 def _pct(values: list[float]) -> dict[str, float]:
     if not values:
         return {"count": 0}
-    qs = statistics.quantiles(values, n=100, method="inclusive") if len(values) > 1 else [values[0]] * 99
-    return {"count": len(values), "p50": round(qs[49], 1), "p90": round(qs[89], 1), "p99": round(qs[98], 1), "max": round(max(values), 1)}
+    qs = (
+        statistics.quantiles(values, n=100, method="inclusive")
+        if len(values) > 1
+        else [values[0]] * 99
+    )
+    return {
+        "count": len(values),
+        "p50": round(qs[49], 1),
+        "p90": round(qs[89], 1),
+        "p99": round(qs[98], 1),
+        "max": round(max(values), 1),
+    }
 
 
 def summarize(journal: Journal, verdict: Verdict, info: RunInfo) -> dict[str, Any]:
@@ -52,29 +63,64 @@ def summarize(journal: Journal, verdict: Verdict, info: RunInfo) -> dict[str, An
     windows = []
     for w in journal.windows:
         inside = [r for r in journal.reads if w.start <= r.start < w.end]
-        errs = Counter(f.kind for f in journal.failures if f.what == "read" and w.start <= f.start < w.end)
-        windows.append({"mode": w.mode, "start": round(w.start, 1), "end": round(w.end, 1), "reads_ok": len(inside), "errors": dict(errs)})
-    failed = bool(verdict.mismatches or verdict.lost or unclean or journal.lsn_regressions or info.recovery)
+        errs = Counter(
+            f.kind for f in journal.failures if f.what == "read" and w.start <= f.start < w.end
+        )
+        windows.append(
+            {
+                "mode": w.mode,
+                "start": round(w.start, 1),
+                "end": round(w.end, 1),
+                "reads_ok": len(inside),
+                "errors": dict(errs),
+            }
+        )
+    failed = bool(
+        verdict.mismatches or verdict.lost or unclean or journal.lsn_regressions or info.recovery
+    )
     return {
-        "server": info.server, "prefix": info.prefix, "seed": info.seed, "views": info.views,
+        "server": info.server,
+        "prefix": info.prefix,
+        "seed": info.seed,
+        "views": info.views,
         "seconds": round(info.duration, 1),
-        "writes": {"acknowledged": sum(ops.values()), "per_second": round(sum(ops.values()) / max(info.duration, 1e-9), 1), **ops},
-        "reads": {"keys": len(journal.reads), "calls": len(journal.calls),
-                  "per_second": round(len(journal.calls) / max(info.duration, 1e-9), 1),
-                  "lookup_many": sum(1 for _, c, _ in journal.calls if c == "lookup_many")},
+        "writes": {
+            "acknowledged": sum(ops.values()),
+            "per_second": round(sum(ops.values()) / max(info.duration, 1e-9), 1),
+            **ops,
+        },
+        "reads": {
+            "keys": len(journal.reads),
+            "calls": len(journal.calls),
+            "per_second": round(len(journal.calls) / max(info.duration, 1e-9), 1),
+            "lookup_many": sum(1 for _, c, _ in journal.calls if c == "lookup_many"),
+        },
         "latency_ms": {"miss_threshold": info.miss_ms, "hits": _pct(hits), "misses": _pct(misses)},
         "server_stats": {**info.server_delta, "upquery_ms": info.server_upquery_ms},
         "evictions": {"calls": journal.evictions, "keys": journal.evicted_keys},
-        "errors": {"clean_in_fault_windows": dict(Counter(f.kind for f in clean)),
-                   "clean_without_fault": dict(Counter(f.kind for f in unexplained)),
-                   "unclean": [f"{f.what} {f.detail}: {f.kind}: {f.message}" for f in unclean]},
+        "errors": {
+            "clean_in_fault_windows": dict(Counter(f.kind for f in clean)),
+            "clean_without_fault": dict(Counter(f.kind for f in unexplained)),
+            "unclean": [f"{f.what} {f.detail}: {f.kind}: {f.message}" for f in unclean],
+        },
         "faults": windows,
         "recovery": info.recovery,
+        "planted": journal.planted,
+        "plant": info.plant,
         "lsn_regressions": journal.lsn_regressions[:SHOWN],
-        "verification": {"checked": verdict.checked, "mismatches": len(verdict.mismatches),
-                         "spark_jobs": verdict.jobs, "snapshots": verdict.snapshots, "seconds": round(verdict.seconds, 1),
-                         "first_mismatches": [_mismatch(m, journal, info) for m in verdict.mismatches[:SHOWN]]},
-        "lost_writes": {"differences": len(verdict.lost), "checked_at_lsns": verdict.table_checks, "first": verdict.lost[:SHOWN]},
+        "verification": {
+            "checked": verdict.checked,
+            "mismatches": len(verdict.mismatches),
+            "spark_jobs": verdict.jobs,
+            "snapshots": verdict.snapshots,
+            "seconds": round(verdict.seconds, 1),
+            "first_mismatches": [_mismatch(m, journal, info) for m in verdict.mismatches[:SHOWN]],
+        },
+        "lost_writes": {
+            "differences": len(verdict.lost),
+            "checked_at_lsns": verdict.table_checks,
+            "first": verdict.lost[:SHOWN],
+        },
         "passed": not failed,
     }
 
@@ -82,9 +128,18 @@ def summarize(journal: Journal, verdict: Verdict, info: RunInfo) -> dict[str, An
 def _mismatch(m: Any, journal: Journal, info: RunInfo) -> dict[str, Any]:
     r = m.read
     fault = journal.fault_at(r.start, r.start + r.ms / 1000, 0.0)
-    return {"view": info.prefix + r.view, "key": list(r.key), "lsn": r.lsn, "effective_lsn": m.effective_lsn,
-            "served": sorted(map(repr, r.rows)), "expected": sorted(map(repr, m.expected)),
-            "at_second": round(r.start, 2), "reader": r.reader, "call": r.call, "fault": fault or "none"}
+    return {
+        "view": info.prefix + r.view,
+        "key": list(r.key),
+        "lsn": r.lsn,
+        "effective_lsn": m.effective_lsn,
+        "served": sorted(map(repr, r.rows)),
+        "expected": sorted(map(repr, m.expected)),
+        "at_second": round(r.start, 2),
+        "reader": r.reader,
+        "call": r.call,
+        "fault": fault or "none",
+    }
 
 
 def _lat(p: dict[str, float]) -> str:
@@ -104,15 +159,19 @@ def render(s: dict[str, Any]) -> str:
         "operations",
         f"  writes     {w['acknowledged']} acknowledged ({w['per_second']}/s): {ops}",
         f"  reads      {r['keys']} keys in {r['calls']} calls ({r['per_second']} calls/s), {r['lookup_many']} of them lookup_many",
-        f"  evictions  {s['evictions']['calls']} evict calls by this run ({s['evictions']['keys']} keys); "
-        f"the server evicted {srv.get('evictions', 0)} keys of these views in all (memory pressure included)",
+        (
+            f"  evictions  {s['evictions']['calls']} evict calls by this run ({s['evictions']['keys']} keys); "
+            f"the server evicted {srv.get('evictions', 0)} keys of these views in all (memory pressure included)"
+        ),
         "",
         f"read latency, ms (client side; a call slower than {lat['miss_threshold']:g} ms counts as a miss)",
         "               count      p50      p90      p99      max",
         f"  hits       {_lat(lat['hits'])}",
         f"  misses     {_lat(lat['misses'])}",
-        f"  server     {srv.get('hits', 0)} hits, {srv.get('misses', 0)} misses, {srv.get('upqueries', 0)} upqueries for these views; "
-        f"upquery ms {_fmt_pct(srv.get('upquery_ms') or {})}",
+        (
+            f"  server     {srv.get('hits', 0)} hits, {srv.get('misses', 0)} misses, {srv.get('upqueries', 0)} upqueries "
+            f"for these views; upquery ms {_fmt_pct(srv.get('upquery_ms') or {})}"
+        ),
         "",
         "errors",
         f"  during fault windows (expected): {_counts(e['clean_in_fault_windows'])}",
@@ -123,11 +182,27 @@ def render(s: dict[str, Any]) -> str:
     if s["faults"]:
         out += ["", "fault windows"]
         for f in s["faults"]:
-            out.append(f"  {f['start']:6.1f}-{f['end']:6.1f} s  {f['mode']:<10} {f['reads_ok']} keys read fine, errors: {_counts(f['errors'])}")
+            out.append(
+                f"  {f['start']:6.1f}-{f['end']:6.1f} s  {f['mode']:<10} {f['reads_ok']} keys read fine, errors: {_counts(f['errors'])}"
+            )
         rec = s["recovery"]
-        out.append("  recovery: " + ("every key of every view read again after the faults were lifted" if not rec else "FAILED: " + "; ".join(rec[:SHOWN])))
+        out.append(
+            "  recovery: "
+            + (
+                "every key of every view read again after the faults were lifted"
+                if not rec
+                else "FAILED: " + "; ".join(rec[:SHOWN])
+            )
+        )
     elif s["recovery"]:
         out += ["", "final read of every key FAILED: " + "; ".join(s["recovery"][:SHOWN])]
+    if s["planted"]:
+        out += [
+            "",
+            f"self-test: a wrong answer was planted in {s['planted']} (--plant-wrong-answer); this run must FAIL",
+        ]
+    elif s["plant"]:
+        out += ["", f"self-test: no read of {s['plant']} succeeded, so no wrong answer was planted"]
     if s["lsn_regressions"]:
         out += ["", "LSN went backwards for a client:", *[f"  {x}" for x in s["lsn_regressions"]]]
     out += [
@@ -138,13 +213,17 @@ def render(s: dict[str, Any]) -> str:
     ]
     for i, m in enumerate(v["first_mismatches"], 1):
         out += [
-            f"  MISMATCH {i}: view {m['view']} key {tuple(m['key'])!r} at LSN {m['lsn']} "
-            f"(read at {m['at_second']} s by reader {m['reader']}, {m['call']}, fault: {m['fault']})",
+            (
+                f"  MISMATCH {i}: view {m['view']} key {tuple(m['key'])!r} at LSN {m['lsn']} "
+                f"(read at {m['at_second']} s by reader {m['reader']}, {m['call']}, fault: {m['fault']})"
+            ),
             f"    served:   {m['served']}",
             f"    expected: {m['expected']}",
         ]
-    out.append(f"  lost writes    {lost['differences']} row differences between the tables and the acknowledged writes "
-               f"(checked at LSN {', '.join(map(str, lost['checked_at_lsns'])) or '-'})")
+    out.append(
+        f"  lost writes    {lost['differences']} row differences between the tables and the acknowledged writes "
+        f"(checked at LSN {', '.join(map(str, lost['checked_at_lsns'])) or '-'})"
+    )
     out += [f"    {x}" for x in lost["first"]]
     out += ["", "PASS" if s["passed"] else "FAIL"]
     return "\n".join(out)

@@ -17,7 +17,13 @@ from partialflow.client import Client, DeadlineExceeded, PartialflowError, Unava
 from partialflow.client.stress import workload as wl
 from partialflow.client.stress.hooks import TestHooks
 from partialflow.client.stress.load import (
-    LoadConfig, Writer, fault_schedule, run_faults, run_progress, run_reader, run_writer,
+    LoadConfig,
+    Writer,
+    fault_schedule,
+    run_faults,
+    run_progress,
+    run_reader,
+    run_writer,
 )
 from partialflow.client.stress.record import Failure, Journal, Read, Write
 from partialflow.client.stress.report import RunInfo, render, summarize
@@ -40,6 +46,10 @@ def _check_args(args: argparse.Namespace) -> str | None:
         return "--duration and --fault-window must be positive"
     if not 0 <= args.evict_rate <= 1:
         return "--evict-rate is a probability, 0..1"
+    if args.plant_wrong_answer is not None and args.plant_wrong_answer not in (
+        args.views or wl.READ_VIEWS
+    ):
+        return f"--plant-wrong-answer {args.plant_wrong_answer!r} is not one of the views read"
     bad = [m for m in args.faults if not _FAULT.match(m)]
     if bad:
         return f"unknown fault mode {bad[0]!r}; modes are fail, hang, slow:SECONDS"
@@ -48,11 +58,15 @@ def _check_args(args: argparse.Namespace) -> str | None:
     return None
 
 
-def _setup(client: Client, prefix: str, views: list[wl.ViewSpec], rng: random.Random, journal: Journal) -> dict[str, list[tuple]]:
+def _setup(
+    client: Client, prefix: str, views: list[wl.ViewSpec], rng: random.Random, journal: Journal
+) -> dict[str, list[tuple]]:
     seed = wl.seed_rows(rng)
     for table, (ddl, _) in wl.TABLES.items():
         client.execute(f"CREATE TABLE {prefix}{table} ({ddl})")
-        journal.writes.append(Write(client.insert(prefix + table, seed[table]), table, "seed", [], seed[table]))
+        journal.writes.append(
+            Write(client.insert(prefix + table, seed[table]), table, "seed", [], seed[table])
+        )
     for spec in views:
         sql = f"CREATE VIEW {prefix}{spec.name} AS " + spec.sql.format(p=prefix)
         for attempt in range(3):
@@ -82,11 +96,15 @@ def _recover(client: Client, prefix: str, views: list[wl.ViewSpec], journal: Jou
     that never answered."""
     readable = [v for v in views if v.oracle is not None]
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="recover") as pool:
-        problems = pool.map(lambda spec: _recover_view(client, prefix + spec.name, spec, journal), readable)
+        problems = pool.map(
+            lambda spec: _recover_view(client, prefix + spec.name, spec, journal), readable
+        )
         return [p for p in problems if p]
 
 
-def _recover_view(client: Client, name: str, spec: wl.ViewSpec, journal: Journal, attempts: int = 3) -> str | None:
+def _recover_view(
+    client: Client, name: str, spec: wl.ViewSpec, journal: Journal, attempts: int = 3
+) -> str | None:
     evicted = False
     for attempt in range(1, attempts + 1):
         start = journal.now()
@@ -97,20 +115,31 @@ def _recover_view(client: Client, name: str, spec: wl.ViewSpec, journal: Journal
             t0 = time.perf_counter()
             got = client.lookup_many(name, list(spec.keys))
         except PartialflowError as err:
-            journal.add(failure=Failure("recovery", type(err).__name__, str(err), start, journal.now(), spec.name))
+            journal.add(
+                failure=Failure(
+                    "recovery", type(err).__name__, str(err), start, journal.now(), spec.name
+                )
+            )
             if attempt == attempts:
                 return f"{spec.name}: {type(err).__name__}: {err} (after {attempts} tries)"
             time.sleep(attempt)
             continue
         ms = (time.perf_counter() - t0) * 1000
-        journal.add(reads=[Read(spec.name, tuple(k), r.lsn, list(r.rows), start, ms, "recovery", -1) for k, r in got.items()])
+        journal.add(
+            reads=[
+                Read(spec.name, tuple(k), r.lsn, list(r.rows), start, ms, "recovery", -1)
+                for k, r in got.items()
+            ]
+        )
         return None
     return None
 
 
 def _server_figures(stats: dict, prefix: str, views: list[wl.ViewSpec]) -> dict[str, Any]:
     mine = [stats.get("views", {}).get((prefix + v.name).lower(), {}) for v in views]
-    return {k: sum(int(v.get(k, 0)) for v in mine) for k in ("hits", "misses", "upqueries", "evictions")}
+    return {
+        k: sum(int(v.get(k, 0)) for v in mine) for k in ("hits", "misses", "upqueries", "evictions")
+    }
 
 
 def _spark(master: str) -> Any:
@@ -120,28 +149,70 @@ def _spark(master: str) -> Any:
     return spark_session(master, app_name="partialflow-stress")
 
 
-def _load(client: Client, args: argparse.Namespace, cfg: LoadConfig, prefix: str, views: list[wl.ViewSpec],
-          seed: dict[str, list[tuple]], journal: Journal, hooks: TestHooks | None) -> float:
+def _load(
+    client: Client,
+    args: argparse.Namespace,
+    cfg: LoadConfig,
+    prefix: str,
+    views: list[wl.ViewSpec],
+    seed: dict[str, list[tuple]],
+    journal: Journal,
+    hooks: TestHooks | None,
+) -> float:
     """Run the threads for ``cfg.duration`` seconds (Ctrl-C ends early); returns the time taken."""
     stop = threading.Event()
     rng = random.Random(cfg.seed)
     clients = [_connect(args) for _ in range(cfg.writers + cfg.readers)]
     readable = [v for v in views if v.oracle is not None]
     threads = [
-        threading.Thread(target=run_writer, name=f"writer-{i}", daemon=True,
-                         args=(clients[i], prefix, Writer(i, cfg.writers, seed, random.Random(rng.random())), journal, stop, cfg.write_rate))
+        threading.Thread(
+            target=run_writer,
+            name=f"writer-{i}",
+            daemon=True,
+            args=(
+                clients[i],
+                prefix,
+                Writer(i, cfg.writers, seed, random.Random(rng.random())),
+                journal,
+                stop,
+                cfg.write_rate,
+            ),
+        )
         for i in range(cfg.writers)
     ]
+    plant = (
+        (args.plant_wrong_answer, hooks.corrupt)
+        if hooks is not None and args.plant_wrong_answer
+        else None
+    )
     threads += [
-        threading.Thread(target=run_reader, name=f"reader-{i}", daemon=True,
-                         args=(clients[cfg.writers + i], prefix, i, readable, journal, stop, random.Random(rng.random()), cfg.evict_rate))
+        threading.Thread(
+            target=run_reader,
+            name=f"reader-{i}",
+            daemon=True,
+            args=(
+                clients[cfg.writers + i],
+                prefix,
+                i,
+                readable,
+                journal,
+                stop,
+                random.Random(rng.random()),
+                cfg.evict_rate,
+                plant if i == 0 else None,
+            ),
+        )
         for i in range(cfg.readers)
     ]
     began = journal.now()
     side = [threading.Thread(target=run_progress, args=(journal, stop, began), daemon=True)]
     if hooks is not None:
         schedule = fault_schedule(cfg.faults, cfg.duration, cfg.fault_window, began)
-        side.append(threading.Thread(target=run_faults, args=(hooks.set_faults, schedule, journal, stop), daemon=True))
+        side.append(
+            threading.Thread(
+                target=run_faults, args=(hooks.set_faults, schedule, journal, stop), daemon=True
+            )
+        )
     for t in threads + side:
         t.start()
     try:
@@ -153,7 +224,11 @@ def _load(client: Client, args: argparse.Namespace, cfg: LoadConfig, prefix: str
     # and one still blocked in a slow miss is left to finish on its own (see Journal.add).
     grace = time.monotonic() + 5.0
     for t in threads + side:
-        t.join(timeout=args.timeout + 30 if t.name.startswith("writer") else max(0.0, grace - time.monotonic()))
+        t.join(
+            timeout=args.timeout + 30
+            if t.name.startswith("writer")
+            else max(0.0, grace - time.monotonic())
+        )
     for c, t in zip(clients, threads):
         if not t.is_alive():
             c.close()
@@ -171,17 +246,30 @@ def run_stress(client: Client, args: argparse.Namespace) -> int:
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    hooks = TestHooks(client, timeout=args.timeout) if args.faults else None
+    hooks = (
+        TestHooks(client, timeout=args.timeout) if args.faults or args.plant_wrong_answer else None
+    )
     if hooks is not None:
         hooks.set_faults("")  # refused early (FailedPrecondition) unless the server has hooks on
     prefix = (args.prefix or f"stress{secrets.token_hex(3)}_").lower()
-    cfg = LoadConfig(args.writers, args.readers, args.duration, args.evict_rate, args.write_rate, args.seed,
-                     args.faults, args.fault_window)
+    cfg = LoadConfig(
+        args.writers,
+        args.readers,
+        args.duration,
+        args.evict_rate,
+        args.write_rate,
+        args.seed,
+        args.faults,
+        args.fault_window,
+    )
     journal = Journal()
     seed = _setup(client, prefix, views, random.Random(args.seed), journal)
     try:
-        print(f"stress: prefix {prefix}, {len(views)} views, {cfg.writers} writers, {cfg.readers} readers, "
-              f"{cfg.duration:g} s" + (f", faults {','.join(cfg.faults)}" if cfg.faults else ""), file=sys.stderr)
+        print(
+            f"stress: prefix {prefix}, {len(views)} views, {cfg.writers} writers, {cfg.readers} readers, "
+            f"{cfg.duration:g} s" + (f", faults {','.join(cfg.faults)}" if cfg.faults else ""),
+            file=sys.stderr,
+        )
         took = _load(client, args, cfg, prefix, views, seed, journal, hooks)
         print("stress: load done; reading every key again, then verifying", file=sys.stderr)
         # Spark starts now, not earlier (its start-up would skew the latencies on a small
@@ -192,7 +280,9 @@ def run_stress(client: Client, args: argparse.Namespace) -> int:
         # Recovery is about answering again, not fast: a busy server gets a long deadline.
         with _connect(args, timeout=max(args.timeout, 120.0)) as patient:
             recovery = _recover(patient, prefix, views, journal)
-        lsns = table_check_lsns(journal.writes, max(w.lsn for w in journal.writes), random.Random(args.seed))
+        lsns = table_check_lsns(
+            journal.writes, max(w.lsn for w in journal.writes), random.Random(args.seed)
+        )
         # Whole-table snapshot scans can take long on a busy server; they are not the load.
         with _connect(args, timeout=max(args.timeout, 600.0)) as patient:
             lost = check_tables(patient, prefix, journal.writes, lsns)
@@ -205,9 +295,19 @@ def run_stress(client: Client, args: argparse.Namespace) -> int:
             hooks.set_faults("")
         if not args.keep:
             _cleanup(client, prefix, views)
-    info = RunInfo(args.server, prefix, args.seed, [v.name for v in views if v.oracle is not None], took,
-                   args.miss_ms, args.fault_settle if args.fault_settle is not None else args.timeout,
-                   recovery, _server_figures(stats, prefix, views), stats.get("upquery_ms") or {})
+    info = RunInfo(
+        args.server,
+        prefix,
+        args.seed,
+        [v.name for v in views if v.oracle is not None],
+        took,
+        args.miss_ms,
+        args.fault_settle if args.fault_settle is not None else args.timeout,
+        recovery,
+        args.plant_wrong_answer,
+        _server_figures(stats, prefix, views),
+        stats.get("upquery_ms") or {},
+    )
     summary = summarize(journal, verdict, info)
     print(render(summary))
     if args.report_json:

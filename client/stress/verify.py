@@ -63,7 +63,9 @@ def intervals(writes: list[Write]) -> dict[str, list[tuple]]:
         for row in w.deletes:
             opened = alive[w.table][row]
             if not opened:  # the run's own bookkeeping is wrong: say so, don't guess
-                raise ValueError(f"write at LSN {w.lsn} deletes {row!r} from {w.table}, which no recorded write inserted")
+                raise ValueError(
+                    f"write at LSN {w.lsn} deletes {row!r} from {w.table}, which no recorded write inserted"
+                )
             out[w.table].append((*row, opened.popleft(), w.lsn))
         for row in w.inserts:
             alive[w.table][row].append(w.lsn)
@@ -87,7 +89,9 @@ def check_tables(client: Any, prefix: str, writes: list[Write], lsns: list[int])
     One query per LSN reads every table (rows as JSON, so tables of different columns fit
     in one UNION ALL): one Spark job instead of one per table."""
     history = intervals(writes)
-    sql = " UNION ALL ".join(f"SELECT '{t}' AS t, to_json(struct(*)) AS r FROM {prefix}{t}" for t in wl.TABLES)
+    sql = " UNION ALL ".join(
+        f"SELECT '{t}' AS t, to_json(struct(*)) AS r FROM {prefix}{t}" for t in wl.TABLES
+    )
     problems: list[str] = []
     for lsn in lsns:
         got: dict[str, Counter] = defaultdict(Counter)
@@ -97,11 +101,19 @@ def check_tables(client: Any, prefix: str, writes: list[Write], lsns: list[int])
         for table in wl.TABLES:
             want = rows_at(history[table], lsn)
             for row, n in (want - got[table]).items():
-                by = [w.lsn for w in writes if w.table == table and row in w.inserts and w.lsn <= lsn]
-                problems.append(f"{table} at LSN {lsn}: {n} x {row!r} missing (inserted by the write(s) at LSN {by[-3:]})")
+                by = [
+                    w.lsn for w in writes if w.table == table and row in w.inserts and w.lsn <= lsn
+                ]
+                problems.append(
+                    f"{table} at LSN {lsn}: {n} x {row!r} missing (inserted by the write(s) at LSN {by[-3:]})"
+                )
             for row, n in (got[table] - want).items():
-                by = [w.lsn for w in writes if w.table == table and row in w.deletes and w.lsn <= lsn]
-                problems.append(f"{table} at LSN {lsn}: {n} x {row!r} present but deleted (by the write(s) at LSN {by[-3:]})")
+                by = [
+                    w.lsn for w in writes if w.table == table and row in w.deletes and w.lsn <= lsn
+                ]
+                problems.append(
+                    f"{table} at LSN {lsn}: {n} x {row!r} present but deleted (by the write(s) at LSN {by[-3:]})"
+                )
     return problems
 
 
@@ -116,7 +128,9 @@ def table_check_lsns(writes: list[Write], final: int, rng: random.Random) -> lis
 # -- reads -------------------------------------------------------------------------------------
 
 
-def verify_reads(spark: Any, reads: list[Read], writes: list[Write], views: list[wl.ViewSpec]) -> Verdict:
+def verify_reads(
+    spark: Any, reads: list[Read], writes: list[Write], views: list[wl.ViewSpec]
+) -> Verdict:
     """Check every read against Spark over the recorded history: one job per view."""
     from pyspark.sql import functions as F
 
@@ -128,7 +142,9 @@ def verify_reads(spark: Any, reads: list[Read], writes: list[Write], views: list
     def table_frame(table: str) -> Any:
         if table not in frames:
             schema = wl.TABLES[table][1]
-            frames[table] = _frame(spark, history[table], f"{schema}, _from bigint, _to bigint").cache()
+            frames[table] = _frame(
+                spark, history[table], f"{schema}, _from bigint, _to bigint"
+            ).cache()
         return frames[table]
 
     by_view: dict[str, list[Read]] = defaultdict(list)
@@ -165,7 +181,9 @@ def _effective(changed: list[int], lsn: int) -> int:
     return changed[i - 1] if i else 0
 
 
-def _evaluate(spark: Any, spec: wl.ViewSpec, reads: list[Read], effective: dict[int, int]) -> dict[tuple, list[tuple]]:
+def _evaluate(
+    spark: Any, spec: wl.ViewSpec, reads: list[Read], effective: dict[int, int]
+) -> dict[tuple, list[tuple]]:
     """{(effective LSN, key): rows} for the (LSN, key) pairs read, from one Spark job."""
     n = spec.key_width
     oracle = spark.sql(spec.oracle)
@@ -173,7 +191,9 @@ def _evaluate(spark: Any, spec: wl.ViewSpec, reads: list[Read], effective: dict[
     names = ["_at", *[f"_k{i}" for i in range(n)], *[f"_v{i}" for i in range(width - 1 - n)]]
     oracle = oracle.toDF(*names)
     wanted = sorted({(effective[r.lsn], *r.key) for r in reads}, key=repr)
-    key_schema = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in oracle.schema.fields[: 1 + n])
+    key_schema = ", ".join(
+        f"{f.name} {f.dataType.simpleString()}" for f in oracle.schema.fields[: 1 + n]
+    )
     wanted_df = _frame(spark, wanted, key_schema)
     out: dict[tuple, list[tuple]] = defaultdict(list)
     for row in oracle.join(wanted_df, on=names[: 1 + n], how="left_semi").collect():
@@ -191,5 +211,10 @@ def _frame(spark: Any, rows: list[tuple], schema: str) -> Any:
 
     fields = [f.split() for f in schema.split(",")]
     columns = list(zip(*rows)) if rows else [()] * len(fields)
-    table = pa.table({name: pa.array(list(col), type=getattr(pa, _ARROW[kind])()) for (name, kind), col in zip(fields, columns)})
+    table = pa.table(
+        {
+            name: pa.array(list(col), type=getattr(pa, _ARROW[kind])())
+            for (name, kind), col in zip(fields, columns)
+        }
+    )
     return spark.createDataFrame(table)
