@@ -110,7 +110,8 @@ def write_latency(res: dict, out: Path, stamp: str) -> Path | None:
     ax = axes[0]
     for name, h in series:
         _cdf(ax, h.get("write_ack_cdf_ms"), f"{name}: write acknowledged (durable)", ls="--")
-        _cdf(ax, h.get("write_to_visible_cdf_ms"), f"{name}: write visible to a reader")
+        _cdf(ax, h.get("write_to_visible_cdf_ms"), f"{name}: visible in {h.get('probe_view')}")
+        _cdf(ax, h.get("write_to_visible_avg_winning_cdf_ms"), f"{name}: visible in avg_winning")
     ax.set_xscale("log")
     ax.set_xlabel("ms after the write was sent (log)")
     ax.set_ylabel("percentile")

@@ -180,8 +180,8 @@ class Suite:
             sec["check"] = write_path.check_views(srv, checks)
             with srv.client() as c:
                 st = c.stats()
-            sec["stats"] = {k: st.get(k) for k in ("lsn", "memory_bytes", "upqueries",
-                                                    "writes_applied", "busy_ns", "evictions")}
+            sec["stats"] = {k: v for k, v in st.items() if k not in ("storage", "views")}
+            sec["stats"]["views"] = st.get("views")
 
     def writes(self) -> None:
         v = self.cfg["visits"]

@@ -69,6 +69,10 @@ def half_peak(srv: InProcServer, pool: LoadPool, *, gen: dict, batch: int, peak:
         "acked_rows_per_s": w["items_per_s"], "applied_rows_per_s": round(applied, 1),
         "write_ack_ms": p.get("ack_ms"), "write_to_visible_ms": p.get("visible_ms"),
         "write_ack_cdf_ms": p.get("ack_cdf_ms"), "write_to_visible_cdf_ms": p.get("visible_cdf_ms"),
+        "probe_view": "max_visit" if gen["gen"] == "visits" else "hot",
+        **({"write_to_visible_avg_winning_ms": p["visible_avg_winning_ms"],
+            "write_to_visible_avg_winning_cdf_ms": p["visible_avg_winning_cdf_ms"]}
+           if "visible_avg_winning_ms" in p else {}),
         "writer_errors": w["errors"], "probe_errors": p["errors"],
         "readers": [
             {"name": rd["name"], "reads_per_s": r["items_per_s"], "latency_ms": r["latency_ms"],
@@ -78,7 +82,10 @@ def half_peak(srv: InProcServer, pool: LoadPool, *, gen: dict, batch: int, peak:
     }
     vis = out["write_to_visible_ms"] or {}
     log(f"half peak {gen['gen']}: {out['acked_rows_per_s']:.0f} rows/s (target {rate:.0f}); "
-        f"write->visible p50 {vis.get('p50')} ms p99 {vis.get('p99')} ms"
+        f"write->visible ({out['probe_view']}) p50 {vis.get('p50')} ms p99 {vis.get('p99')} ms"
+        + (f"; in avg_winning p50 {out['write_to_visible_avg_winning_ms'].get('p50')} ms (n="
+           f"{out['write_to_visible_avg_winning_ms'].get('n')})"
+           if "write_to_visible_avg_winning_ms" in out else "")
         + "".join(f"; {r['name']} {r['reads_per_s']:.0f}/s p50 {r['latency_ms'].get('p50')} ms "
                   f"p99 {r['latency_ms'].get('p99')} ms" for r in out["readers"]))
     return out
