@@ -1,0 +1,162 @@
+"""The README's benchmark table from a results JSON: ``python bench/report.py FILE``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def _ms(d: dict | None, key: str = "p50") -> str:
+    if not d or key not in d:
+        return "–"
+    v = d[key]
+    return f"{v:,.0f} ms" if v >= 100 else f"{v:.2f} ms" if v < 10 else f"{v:.1f} ms"
+
+
+def _met(ok: bool | None) -> str:
+    return "–" if ok is None else ("**yes**" if ok else "**no**")
+
+
+def rows(res: dict) -> list[tuple[str, str, str, str]]:
+    s = res["sections"]
+    out: list[tuple[str, str, str, str]] = []
+    hit = s.get("hit_path")
+    if hit:
+        for r in hit["runs"]:
+            if r["batch"] != 1:
+                continue
+            ok = max(r["slowdown_calls"], r["slowdown_p50"], r["slowdown_p99"]) <= 1.5
+            out.append((
+                f"Hit path, single key, {r['concurrency']} client(s): within 1.5x of Ping",
+                f"{r['lookup']['calls_per_s']:,.0f} lookups/s, p50 {_ms(r['lookup']['latency_ms'])}, "
+                f"p99 {_ms(r['lookup']['latency_ms'], 'p99')}",
+                f"Ping {r['ping_calls_per_s']:,.0f}/s: x{r['slowdown_calls']} calls/s, "
+                f"x{r['slowdown_p50']} p50, x{r['slowdown_p99']} p99", _met(ok)))
+        for r in hit["runs"]:
+            if r["batch"] == 1:
+                continue
+            out.append((
+                f"Hit path, lookup_many of {r['batch']}, {r['concurrency']} client(s)",
+                f"{r['keys_per_s']:,.0f} keys/s ({r['lookup']['calls_per_s']:,.0f} calls/s), "
+                f"p50 {_ms(r['lookup']['latency_ms'])}",
+                f"x{r['slowdown_calls']} Ping's calls/s (a Ping carries no payload)",
+                _met(r["slowdown_calls"] <= 1.5)))
+    miss = s.get("miss_path")
+    if miss:
+        for m in miss.get("cold", []):
+            out.append((
+                f"Miss path ({m['view']}): cold read at most 1.3x bare PySpark",
+                f"p50 {_ms(m['cold_read_ms'])}, p90 {_ms(m['cold_read_ms'], 'p90')}",
+                f"bare Spark p50 {_ms(m['bare_spark_ms'])}: x{m['slowdown_p50']}"
+                + (f"; {m['rows_differ']} answers DIFFER" if m["rows_differ"] else "; same rows"),
+                _met(m["goal"]["met"])))
+        for c in miss.get("coalescing", []):
+            out.append((
+                f"Coalescing ({c['view']}): {c['fan']} concurrent cold reads at most 2x one",
+                f"all done after p50 {_ms(c['all_concurrent_done_ms'])} "
+                f"({c['upqueries_per_batch'][0]} upqueries)",
+                f"one cold read p50 {_ms(c['one_cold_read_ms'])}: x{c['slowdown']}",
+                _met(c["goal"]["met"])))
+    for name, label in (("visits", "visits view"), ("nexmark", "Nexmark Q4")):
+        w = s.get(f"writes_{name}")
+        if not w:
+            continue
+        for r in w.get("peak", []):
+            out.append((
+                f"Writes through the {label}, {r['batch']} row(s) per write, {r['writers']} writers",
+                f"{r['view']['acked_rows_per_s']:,.0f} rows/s acknowledged, "
+                f"{r['view']['applied_rows_per_s']:,.0f} applied",
+                f"same rows into tables no view reads: {r['plain']['acked_rows_per_s']:,.0f} rows/s "
+                f"(x{r['view_vs_plain']})", "no goal"))
+        h = w.get("half_peak")
+        if h:
+            vis = h.get("write_to_visible_ms") or {}
+            extra = ""
+            if h.get("write_to_visible_avg_winning_ms"):
+                a = h["write_to_visible_avg_winning_ms"]
+                extra = f"; in avg_winning p50 {_ms(a)} (n={a.get('n')})"
+            out.append((
+                f"Write-to-visible, {label}, half of peak ({h['target_rows_per_s']:,} rows/s target)",
+                f"visible in {h.get('probe_view')}: p50 {_ms(vis)}, p99 {_ms(vis, 'p99')}{extra}",
+                f"write acknowledged: p50 {_ms(h.get('write_ack_ms'))}, p99 "
+                f"{_ms(h.get('write_ack_ms'), 'p99')}; achieved {h['acked_rows_per_s']:,.0f} rows/s",
+                "no goal"))
+            for r in h.get("readers", []):
+                out.append((
+                    f"Nexmark readers during the writes: {r['name']}",
+                    f"{r['reads_per_s']:,.1f} reads/s, p50 {_ms(r['latency_ms'])}, "
+                    f"p99 {_ms(r['latency_ms'], 'p99')}", "", "no goal"))
+        chk = w.get("check")
+        if chk:
+            out.append((f"{label}: view answers = Spark SQL at their LSN after the run",
+                        f"{chk['checked'] - len(chk['wrong'])} of {chk['checked']} keys right",
+                        "Client.query(as_of=lsn)", _met(not chk["wrong"])))
+    mem = s.get("memory")
+    if mem:
+        full = mem.get("full", {})
+        for r in mem.get("limits", []):
+            out.append((
+                f"Zipf({mem['zipf_s']}) reads over {mem['keys']:,} keys, memory limit "
+                f"{r['fraction']:.0%} of the full view",
+                f"hit rate {r['hit_rate']:.3f}, state {r['memory_bytes'] / 2**20:,.1f} MiB, "
+                f"{r['reads']['items_per_s']:,.0f} keys/s, p50 {_ms(r['reads']['latency_ms'])}",
+                f"full: hit rate {full.get('zipf', {}).get('hit_rate')}, "
+                f"{full.get('memory_bytes', 0) / 2**20:,.0f} MiB (x{r['state_vs_full']}); "
+                f"LRU simulation {r['simulated_lru_hit_rate']}", "no goal"))
+        if full:
+            z = full.get("zipf", {})
+            out.append((
+                f"Full materialization of {full['keys']:,} keys (read once each, no limit)",
+                f"{full['memory_bytes'] / 2**20:,.0f} MiB ({full['bytes_per_key']} B/key), filled "
+                f"in {full['seconds']:,.0f} s; Zipf reads {z.get('reads', {}).get('items_per_s', 0):,.0f} keys/s",
+                f"hit rate {z.get('hit_rate')}", "no goal"))
+        rec = mem.get("recompute")
+        if rec:
+            best = max(mem.get("vs_recompute", []), key=lambda x: x["speedup_keys_per_s"] or 0,
+                       default=None)
+            worst = min(mem.get("vs_recompute", []), key=lambda x: x["speedup_keys_per_s"] or 0,
+                        default=None)
+            out.append((
+                "Recomputation: the view's SQL on Spark per request (same Zipf reads)",
+                f"{rec['calls_per_s']:,.1f} reads/s, p50 {_ms(rec['latency_ms'])}, "
+                f"p99 {_ms(rec['latency_ms'], 'p99')}",
+                (f"partialflow x{worst['speedup_keys_per_s']} ({worst['config']}) to "
+                 f"x{best['speedup_keys_per_s']} ({best['config']}) keys/s") if best else "",
+                "no goal"))
+    rs = s.get("restart")
+    if rs:
+        out.append((
+            "Restart (20% limit): process start to first answered read",
+            f"{rs['start_to_first_read_s']} s (SERVING after {rs['start_to_serving_s']} s)",
+            "includes the JVM and Spark start", "no goal"))
+        reached = rs.get("start_to_target_hit_rate_s")
+        out.append((
+            f"Restart: to 90% of the pre-restart hit rate ({rs['target_hit_rate']})",
+            f"{reached} s" if reached is not None else
+            f"not reached in {rs['timeline'][-1][0] if rs['timeline'] else '?'} s "
+            f"(last window {rs['timeline'][-1][1] if rs['timeline'] else '?'})",
+            f"pre-restart hit rate {rs.get('pre_restart_hit_rate')}", "no goal"))
+    return out
+
+
+def markdown(res: dict) -> str:
+    lines = ["| what (goal) | measured | baseline, same process and data | met |",
+             "| --- | --- | --- | --- |"]
+    lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows(res)]
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    res: Any = json.loads(Path(argv[1]).read_text())
+    m = res["meta"]
+    print(f"{m['date']}, {m['cores']} cores, {m['memory_gib']} GiB, Python {m['python']}, "
+          f"PySpark {m['pyspark']}, {m['java']}; load average {m['loadavg_at_start']} at the "
+          f"start, {m.get('loadavg_at_end')} at the end; commit {m['commit']}\n")
+    print(markdown(res))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
