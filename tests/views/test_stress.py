@@ -57,7 +57,7 @@ KEYS = {
 
 @pytest.fixture(scope="module")
 def small_server(spark, tmp_path_factory):
-    srv = InProcessServer(tmp_path_factory.mktemp("stress") / "data", spark, memory_limit=48 * 1024).start()
+    srv = InProcessServer(tmp_path_factory.mktemp("stress") / "data", spark, memory_limit=96 * 1024).start()
     yield srv
     srv.stop()
 
@@ -88,7 +88,7 @@ def _writer(server, rec: Recorder, lock: threading.Lock, seed: int, stop: thread
                 # Dimension updates (a product changing category) are rare, as in practice:
                 # each one evicts the categories it touches (a join miss), and a fill of a
                 # category is cancelled if one lands while it is pending.
-                table = "info" if rng.random() < 0.04 else rng.choice(["visit", "visit", "score", "bid", "bid"])
+                table = "info" if rng.random() < 0.01 else rng.choice(["visit", "visit", "score", "bid", "bid"])
                 if table == "info":
                     # Move a product to another category: an update of the dimension table.
                     rows = c.query(f"SELECT product, category FROM info WHERE product = '{rng.choice(PRODUCTS)}'").rows
