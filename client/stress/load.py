@@ -215,15 +215,15 @@ def run_reader(
 
 
 def fault_schedule(
-    modes: list[str], duration: float, window: float, began: float = 0.0
+    modes: list[str], duration: float, window: float
 ) -> list[tuple[float, float, str]]:
-    """(start, end, mode) windows in the middle of a load that began at ``began``, clean gaps
+    """(start, end, mode) windows in the middle of the load (seconds from its start), gaps
     between them, and a clean first fifth and last quarter (so the run also shows recovery)."""
     if not modes:
         return []
     span = duration * 0.55
     window = min(window, span / (2 * len(modes) - 1))
-    t = began + duration * 0.2
+    t = duration * 0.2
     out = []
     for mode in modes:
         out.append((t, t + window, mode))
@@ -267,14 +267,12 @@ def progress_line(journal: Journal, elapsed: float) -> str:
     )
 
 
-def run_progress(
-    journal: Journal, stop: threading.Event, began: float, out: Any = sys.stderr
-) -> None:
+def run_progress(journal: Journal, stop: threading.Event, out: Any = sys.stderr) -> None:
     """A live line: rewritten in place on a terminal, a new line every 5 s otherwise."""
     tty = hasattr(out, "isatty") and out.isatty()
     every = 1.0 if tty else 5.0
     while not stop.wait(every):
-        line = progress_line(journal, journal.now() - began)
+        line = progress_line(journal, journal.now())
         if tty:
             out.write("\r" + line.ljust(100)[:160])
         else:

@@ -33,7 +33,7 @@ class Read:
     key: tuple
     lsn: int
     rows: list[tuple]
-    start: float  # seconds since the run began
+    start: float  # seconds since the load began
     ms: float  # latency of the whole call (a lookup_many's keys share it)
     call: str  # lookup, lookup_many or recovery
     reader: int

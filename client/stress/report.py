@@ -90,7 +90,8 @@ def summarize(journal: Journal, verdict: Verdict, info: RunInfo) -> dict[str, An
             **ops,
         },
         "reads": {
-            "keys": len(journal.reads),
+            "keys": sum(1 for x in journal.reads if x.call != "recovery"),
+            "recovery_keys": sum(1 for x in journal.reads if x.call == "recovery"),
             "calls": len(journal.calls),
             "per_second": round(len(journal.calls) / max(info.duration, 1e-9), 1),
             "lookup_many": sum(1 for _, c, _ in journal.calls if c == "lookup_many"),
@@ -158,7 +159,10 @@ def render(s: dict[str, Any]) -> str:
         "",
         "operations",
         f"  writes     {w['acknowledged']} acknowledged ({w['per_second']}/s): {ops}",
-        f"  reads      {r['keys']} keys in {r['calls']} calls ({r['per_second']} calls/s), {r['lookup_many']} of them lookup_many",
+        (
+            f"  reads      {r['keys']} keys in {r['calls']} calls ({r['per_second']} calls/s), "
+            f"{r['lookup_many']} of them lookup_many; then {r['recovery_keys']} keys re-read cold"
+        ),
         (
             f"  evictions  {s['evictions']['calls']} evict calls by this run ({s['evictions']['keys']} keys); "
             f"the server evicted {srv.get('evictions', 0)} keys of these views in all (memory pressure included)"
@@ -208,7 +212,7 @@ def render(s: dict[str, Any]) -> str:
     out += [
         "",
         f"verification (Spark over the recorded write history: {v['spark_jobs']} jobs, {v['snapshots']} snapshots, {v['seconds']} s)",
-        f"  reads checked  {v['checked']} of {r['keys']}",
+        f"  reads checked  {v['checked']} of {r['keys'] + r['recovery_keys']}",
         f"  mismatches     {v['mismatches']}",
     ]
     for i, m in enumerate(v["first_mismatches"], 1):

@@ -204,10 +204,10 @@ def _load(
         )
         for i in range(cfg.readers)
     ]
-    began = journal.now()
-    side = [threading.Thread(target=run_progress, args=(journal, stop, began), daemon=True)]
+    journal.started = time.monotonic()  # report times count from the start of the load
+    side = [threading.Thread(target=run_progress, args=(journal, stop), daemon=True)]
     if hooks is not None:
-        schedule = fault_schedule(cfg.faults, cfg.duration, cfg.fault_window, began)
+        schedule = fault_schedule(cfg.faults, cfg.duration, cfg.fault_window)
         side.append(
             threading.Thread(
                 target=run_faults, args=(hooks.set_faults, schedule, journal, stop), daemon=True
@@ -232,7 +232,7 @@ def _load(
     for c, t in zip(clients, threads):
         if not t.is_alive():
             c.close()
-    return journal.now() - began
+    return journal.now()
 
 
 def run_stress(client: Client, args: argparse.Namespace) -> int:
