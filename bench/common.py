@@ -179,8 +179,13 @@ class InProcServer:
         return time.monotonic()
 
     def view_counters(self, view: str) -> dict:
-        with self.engine.dataflow.executor.lock:
-            c = self.engine.dataflow.executor.view_counters[view]
+        ex = self.engine.dataflow.executor
+        with ex.lock:
+            # Lock-free hits are logged and counted when the executor next drains the log.
+            drain = getattr(ex, "drain_read_log", None)
+            if drain is not None:
+                drain()
+            c = ex.view_counters[view]
             return {"hits": c["hits"], "misses": c["misses"], "upqueries": c["upqueries"]}
 
     def __enter__(self) -> InProcServer:
