@@ -26,6 +26,7 @@ class RunInfo:
     plant: str | None  # the view --plant-wrong-answer named
     server_delta: dict[str, Any]  # hits/misses/upqueries/evictions of the stress views
     server_upquery_ms: dict[str, Any]
+    phases: dict[str, float]  # seconds each step of the run took
 
 
 def _pct(values: list[float]) -> dict[str, float]:
@@ -122,6 +123,7 @@ def summarize(journal: Journal, verdict: Verdict, info: RunInfo) -> dict[str, An
             "checked_at_lsns": verdict.table_checks,
             "first": verdict.lost[:SHOWN],
         },
+        "phases_s": {k: round(v, 1) for k, v in info.phases.items()},
         "passed": not failed,
     }
 
@@ -229,7 +231,8 @@ def render(s: dict[str, Any]) -> str:
         f"(checked at LSN {', '.join(map(str, lost['checked_at_lsns'])) or '-'})"
     )
     out += [f"    {x}" for x in lost["first"]]
-    out += ["", "PASS" if s["passed"] else "FAIL"]
+    steps = ", ".join(f"{k} {v:g} s" for k, v in s["phases_s"].items())
+    out += ["", f"time taken: {steps}", "", "PASS" if s["passed"] else "FAIL"]
     return "\n".join(out)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import random
 import re
@@ -59,11 +60,19 @@ def _check_args(args: argparse.Namespace) -> str | None:
 
 
 def _setup(
-    client: Client, prefix: str, views: list[wl.ViewSpec], rng: random.Random, journal: Journal
+    client: Client,
+    prefix: str,
+    views: list[wl.ViewSpec],
+    rng: random.Random,
+    journal: Journal,
+    created: list[str],
 ) -> dict[str, list[tuple]]:
+    """Create the tables (with their seed rows, recorded as writes) and the views; each
+    name goes into ``created`` as soon as it exists, so clean-up drops exactly those."""
     seed = wl.seed_rows(rng)
     for table, (ddl, _) in wl.TABLES.items():
         client.execute(f"CREATE TABLE {prefix}{table} ({ddl})")
+        created.append(f"TABLE {prefix}{table}")
         journal.writes.append(
             Write(client.insert(prefix + table, seed[table]), table, "seed", [], seed[table])
         )
@@ -79,14 +88,18 @@ def _setup(
                 # the failed view is removed, so trying again is safe.
                 if attempt == 2:
                     raise
+        created.append(f"VIEW {prefix}{spec.name}")
     return seed
 
 
-def _cleanup(client: Client, prefix: str, views: list[wl.ViewSpec]) -> None:
-    for spec in reversed(views):
-        client.execute(f"DROP VIEW IF EXISTS {prefix}{spec.name}")
-    for table in wl.TABLES:
-        client.execute(f"DROP TABLE IF EXISTS {prefix}{table}")
+def _cleanup(client: Client, created: list[str]) -> None:
+    """Drop what this run created (views before the tables under them), and nothing else:
+    with --prefix naming tables that already existed, CREATE fails and they are kept."""
+    for what in reversed(created):
+        try:
+            client.execute(f"DROP {what}")
+        except PartialflowError as err:
+            print(f"stress: could not drop {what.lower()}: {err}", file=sys.stderr)
 
 
 def _recover(client: Client, prefix: str, views: list[wl.ViewSpec], journal: Journal) -> list[str]:
@@ -131,7 +144,7 @@ def _recover_view(
                 for k, r in got.items()
             ]
         )
-        return None
+        break
     return None
 
 
@@ -263,14 +276,19 @@ def run_stress(client: Client, args: argparse.Namespace) -> int:
         args.fault_window,
     )
     journal = Journal()
-    seed = _setup(client, prefix, views, random.Random(args.seed), journal)
+    created: list[str] = []
+    phases: dict[str, float] = {}
     try:
+        clock = time.monotonic()
+        seed = _setup(client, prefix, views, random.Random(args.seed), journal, created)
+        phases["setup"], clock = time.monotonic() - clock, time.monotonic()
         print(
             f"stress: prefix {prefix}, {len(views)} views, {cfg.writers} writers, {cfg.readers} readers, "
             f"{cfg.duration:g} s" + (f", faults {','.join(cfg.faults)}" if cfg.faults else ""),
             file=sys.stderr,
         )
         took = _load(client, args, cfg, prefix, views, seed, journal, hooks)
+        phases["load"], clock = time.monotonic() - clock, time.monotonic()
         print("stress: load done; reading every key again, then verifying", file=sys.stderr)
         # Spark starts now, not earlier (its start-up would skew the latencies on a small
         # machine), while the final reads and table checks run on the server.
@@ -280,21 +298,25 @@ def run_stress(client: Client, args: argparse.Namespace) -> int:
         # Recovery is about answering again, not fast: a busy server gets a long deadline.
         with _connect(args, timeout=max(args.timeout, 120.0)) as patient:
             recovery = _recover(patient, prefix, views, journal)
+        phases["recovery"], clock = time.monotonic() - clock, time.monotonic()
         lsns = table_check_lsns(
             journal.writes, max(w.lsn for w in journal.writes), random.Random(args.seed)
         )
         # Whole-table snapshot scans can take long on a busy server; they are not the load.
         with _connect(args, timeout=max(args.timeout, 600.0)) as patient:
             lost = check_tables(patient, prefix, journal.writes, lsns)
+        phases["table checks"], clock = time.monotonic() - clock, time.monotonic()
         stats = client.stats()
         journal.close()
         verdict = verify_reads(spark.result(), journal.reads, journal.writes, views)
+        phases["verification"] = time.monotonic() - clock  # with what Spark start-up is left
         verdict.lost, verdict.table_checks = lost, lsns
     finally:
         if hooks is not None:
-            hooks.set_faults("")
+            with contextlib.suppress(PartialflowError):  # the fault thread lifted it already
+                hooks.set_faults("")
         if not args.keep:
-            _cleanup(client, prefix, views)
+            _cleanup(client, created)
     info = RunInfo(
         args.server,
         prefix,
@@ -307,6 +329,7 @@ def run_stress(client: Client, args: argparse.Namespace) -> int:
         args.plant_wrong_answer,
         _server_figures(stats, prefix, views),
         stats.get("upquery_ms") or {},
+        phases,
     )
     summary = summarize(journal, verdict, info)
     print(render(summary))

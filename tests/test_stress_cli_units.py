@@ -1,0 +1,103 @@
+"""The pieces of ``partialflow stress`` that need no server or Spark: the write history the
+oracle is built from, the writers' model, the fault schedule, and how the report judges."""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections import Counter
+
+import pytest
+from partialflow.client.stress import workload as wl
+from partialflow.client.stress.load import Writer, fault_schedule
+from partialflow.client.stress.record import Failure, FaultWindow, Journal, Read, Write
+from partialflow.client.stress.report import RunInfo, render, summarize
+from partialflow.client.stress.verify import FOREVER, Mismatch, Verdict, intervals, rows_at
+
+
+def test_history_intervals_give_every_table_as_of_every_lsn():
+    writes = [
+        Write(1, "t", "seed", [], [("a",), ("a",), ("b",)]),
+        Write(2, "t", "delete", [("a",)], []),
+        Write(3, "t", "update", [("b",)], [("b",)]),  # same row out and in: still there
+        Write(4, "t", "update", [("a",)], [("c",)]),
+    ]
+    h = intervals(writes)["t"]
+    assert rows_at(h, 0) == Counter()
+    assert rows_at(h, 1) == Counter({("a",): 2, ("b",): 1})
+    assert rows_at(h, 2) == Counter({("a",): 1, ("b",): 1})
+    assert rows_at(h, 3) == rows_at(h, 2)
+    assert rows_at(h, 4) == Counter({("b",): 1, ("c",): 1})
+    assert sum(1 for r in h if r[-1] == FOREVER) == 2
+
+
+def test_history_refuses_a_delete_nobody_recorded():
+    with pytest.raises(ValueError, match="no recorded write inserted"):
+        intervals([Write(1, "t", "delete", [("x",)], [])])
+
+
+def test_writers_only_delete_what_they_inserted_and_never_collide():
+    rng = random.Random(3)
+    seed = wl.seed_rows(rng)
+    writers = [Writer(i, 3, seed, random.Random(i)) for i in range(3)]
+    writes = [Write(i + 1, t, "seed", [], rows) for i, (t, rows) in enumerate(seed.items())]
+    for n in range(3000):
+        table, op, deletes, inserts = writers[n % 3].next_write()
+        writes.append(Write(len(writes) + 1, table, op, deletes, inserts))
+    history = intervals(writes)  # raises if any delete had nothing to delete
+    final = rows_at(history["info"], len(writes))
+    assert max(Counter(p for p, _ in final).values()) == 1  # the primary key held
+    assert {op for w in writes for op in [w.op]} >= {"insert", "delete", "update"}
+
+
+def test_fault_windows_sit_in_the_middle_with_gaps():
+    windows = fault_schedule(["fail", "slow:3", "hang"], 60, 8)
+    assert [m for _, _, m in windows] == ["fail", "slow:3", "hang"]
+    assert windows[0][0] == 12 and windows[-1][1] <= 45  # clean start, a quarter clean at the end
+    assert all(b[0] - a[1] > 0 for a, b in itertools.pairwise(windows))
+
+
+def _info(**kw) -> RunInfo:
+    base = {
+        "server": "s",
+        "prefix": "p_",
+        "seed": 1,
+        "views": ["maxlen"],
+        "duration": 10.0,
+        "miss_ms": 50.0,
+        "settle": 5.0,
+        "recovery": [],
+        "plant": None,
+        "server_delta": {},
+        "server_upquery_ms": {},
+        "phases": {},
+    }
+    return RunInfo(**{**base, **kw})
+
+
+def test_report_judges_errors_by_kind_and_fault_window():
+    j = Journal()
+    j.windows.append(FaultWindow("fail", 2.0, 4.0))
+    j.reads.append(Read("maxlen", ("c1",), 7, [("c1", 3)], 1.0, 3.0, "lookup", 0))
+    j.calls.append((3.0, "lookup", 1))
+    j.failures += [
+        Failure("read", "Unavailable", "upquery failed", 3.0, 3.1, "maxlen"),  # in the window
+        Failure("read", "DeadlineExceeded", "slow", 20.0, 21.0, "maxlen"),  # long after it
+    ]
+    s = summarize(j, Verdict(checked=1), _info())
+    assert s["passed"] and s["errors"]["clean_in_fault_windows"] == {"Unavailable": 1}
+    assert s["errors"]["clean_without_fault"] == {"DeadlineExceeded": 1}
+    j.failures.append(Failure("write", "Unavailable", "down", 5.0, 5.1, "insert visit"))
+    s = summarize(j, Verdict(checked=1), _info())
+    assert not s["passed"] and len(s["errors"]["unclean"]) == 1  # writes never touch Spark
+
+
+def test_report_shows_a_mismatch_in_full_and_fails():
+    j = Journal()
+    read = Read("maxlen", ("c1",), 7, [("c1", 3)], 1.0, 3.0, "lookup", 0)
+    j.reads.append(read)
+    verdict = Verdict(checked=1, mismatches=[Mismatch(read, 6, [("c1", 4)])])
+    text = render(summarize(j, verdict, _info()))
+    assert "MISMATCH 1: view p_maxlen key ('c1',) at LSN 7" in text
+    assert "served:   [\"('c1', 3)\"]" in text and "expected: [\"('c1', 4)\"]" in text
+    assert text.endswith("FAIL")
