@@ -92,6 +92,8 @@ def _make_op(op: dict, client: Client, tno: int, seed: int) -> Callable[[_Record
             return 1
         return once
     if kind == "lookup":
+        if op.get("plain_rows"):
+            _plain_rows()
         keys = _Keys(op["keys"], seed)
         view, batch = op["view"], op.get("batch", 1)
 
@@ -116,6 +118,24 @@ def _make_op(op: dict, client: Client, tno: int, seed: int) -> Callable[[_Record
     if kind == "probe":
         return _prober(op, client, tno, seed)
     raise ValueError(f"unknown op {kind}")
+
+
+def _plain_rows() -> None:
+    """An experiment: ask for results as Row messages instead of a columnar RowBatch
+    (the client always asks for columnar), in this load process only."""
+    import partialflow.client.client as cc
+
+    real = cc.pb.LookupRequest
+
+    class _Pb:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(cc.pb.__dict__["_real"], name)
+
+    if not isinstance(cc.pb, _Pb):
+        shim = _Pb()
+        shim.__dict__["_real"] = cc.pb
+        shim.LookupRequest = lambda **kw: real(**{**kw, "columnar": False})
+        cc.pb = shim
 
 
 def _sql_literal(v: Any) -> str:

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """partialflow against its alternatives: the whole benchmark in one command.
 
-    python bench/run.py            # the full run (about an hour on 2 cores)
-    python bench/run.py --quick    # smaller data, shorter runs (a few minutes)
+    python bench/run.py            # the full run (about 30 minutes on 2 busy cores)
+    python bench/run.py --quick    # smaller data, shorter runs (about 10 minutes on 2 busy cores)
     python bench/run.py --only reads,memory   # some sections (see --help)
 
 Starts a server in this process on a local Spark session (load comes from separate
@@ -60,11 +60,11 @@ QUICK = {
     "events_keys": 100_000,
     "visits": {"products": 2_000, "categories": 200, "visits": 100_000},
     "nexmark": {"people": 2_000, "auctions": 2_000, "bids": 50_000},
-    "hit_seconds": 2.0, "hit_keys": 5_000,
-    "miss_trials": 5, "coalesce_trials": 2,
-    "zipf_warm": 3.0, "zipf_seconds": 8.0, "recompute_seconds": 8.0,
-    "restart_cap": 40.0,
-    "write_batches": [1, 100, 1000], "write_seconds": 2.0, "half_peak_seconds": 6.0,
+    "hit_seconds": 1.5, "hit_keys": 5_000,
+    "miss_trials": 4, "coalesce_trials": 2,
+    "zipf_warm": 2.0, "zipf_seconds": 6.0, "recompute_seconds": 6.0,
+    "restart_cap": 30.0,
+    "write_batches": [1, 100, 1000], "write_seconds": 2.0, "half_peak_seconds": 5.0,
 }
 
 
