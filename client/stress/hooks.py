@@ -23,8 +23,10 @@ class TestHooks:
     __test__ = False  # not a pytest class, despite the name
 
     def __init__(self, client: Client, timeout: float = 30.0) -> None:
-        # The client's own channel, so the hooks reach the same server the same way.
+        # The client's own channel and credentials, so the hooks reach the same server the
+        # same way (TLS, bearer token).
         self._channel = client._channel
+        self._metadata = client._metadata
         self._timeout = timeout
 
     def _call(self, method: str, args: dict[str, Any]) -> dict[str, Any]:
@@ -36,9 +38,10 @@ class TestHooks:
             response_deserializer=struct_pb2.Struct.FromString,
         )
         try:
-            return json_format.MessageToDict(stub(request, timeout=self._timeout))
+            reply = stub(request, timeout=self._timeout, metadata=self._metadata)
         except grpc.RpcError as err:
             raise error_from_rpc(err) from None
+        return json_format.MessageToDict(reply)
 
     def set_faults(self, mode: str) -> str:
         """Switch the fault mode ("" | "fail" | "hang" | "slow:SECONDS"); returns the old one."""
