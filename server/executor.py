@@ -72,6 +72,7 @@ class Executor(FillsMixin, EvictionMixin):
         # "ms", "ok"}) when a fill finishes; for metrics. Keep them cheap.
         self.observers: list[Callable[[str, dict], None]] = []
         self._running = False
+        self._last_expiry = time.monotonic()
         self._thread = threading.Thread(target=self._loop, name="executor", daemon=True)
 
     def start(self) -> None:
@@ -110,6 +111,10 @@ class Executor(FillsMixin, EvictionMixin):
                 except Exception:  # never let one packet kill the executor
                     log.exception("executor packet %s failed", packet[0])
                 self.counters["busy_ns"] += time.perf_counter_ns() - t0
+                # Deadlines must bite under steady writes too, not only when idle.
+                if time.monotonic() - self._last_expiry > 0.5:
+                    self._last_expiry = time.monotonic()
+                    self._expire_fills()
                 self.lsn_changed.notify_all()
 
     def _handle(self, packet: tuple) -> None:
