@@ -55,7 +55,8 @@ def half_peak(srv: InProcServer, pool: LoadPool, *, gen: dict, batch: int, peak:
     groups = [
         {"op": {"kind": "write", "batch": batch, "rate": rate / (procs * threads), **gen},
          "procs": procs, "threads": threads, "seconds": seconds, "seed": 5},
-        {"op": {"kind": "probe", "interval": 0.05, **gen}, "procs": 1, "threads": 1,
+        {"op": {"kind": "probe", "interval": 0.05, **gen}, "procs": 1,
+         "threads": 2 if gen["gen"] == "nexmark" else 1,
          "seconds": seconds, "seed": 6},
     ]
     for i, rd in enumerate(readers or []):
