@@ -31,7 +31,7 @@ from typing import Any, Callable
 from cachetools import LRUCache
 
 from partialflow.operators.base import Delta, Row
-from partialflow.server.errors import DeadlineExceeded
+from partialflow.server.errors import DeadlineExceeded, Unavailable
 from partialflow.server.graph import Graph, Node
 from partialflow.server.state import State, StateAccess
 from partialflow.server.eviction import EvictionMixin
@@ -305,8 +305,10 @@ class Executor(FillsMixin, EvictionMixin):
         for st in states:
             for fk in list(st.buckets):
                 self._evict(st, fk) if st.mode != "full" else None
+            # A fill of a dropped state may also fill shared states below it: abort it
+            # properly, or those keys would stay pending (holding updates) for good.
             for fill in set(st.pending.values()):
-                fill.dead = True
+                self._abort_fill(fill, Unavailable("the view was dropped while this read waited for it"))
             st.pending.clear()
             self.wanted.pop(st, None)
             self.states.pop(st.sid, None)

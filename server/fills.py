@@ -148,6 +148,7 @@ class FillsMixin:
             for k in keys:
                 if x.pending.get(k) is fill:
                     del x.pending[k]
+        self._release_held(fill, None)
         err = error if isinstance(error, (DeadlineExceeded, Unavailable)) else Unavailable(f"upquery failed: {str(error).splitlines()[0] if str(error) else type(error).__name__}")
         for ws in fill.waiters.values():
             for w in ws:
@@ -159,21 +160,50 @@ class FillsMixin:
         for x, keys in fill.keys.items():
             if fk in keys and x.pending.get(fk) is fill:
                 del x.pending[fk]
+        self._release_held(fill, fk)
         for w in fill.waiters.pop(fk, []):
             self._want(fill.requester, fk, w)
         self.counters["fills_cancelled"] += 1
+
+    def _release_held(self, fill: Fill, fk: Row | None) -> None:
+        """Drop the updates ``fill`` held at ``fk`` (all keys if None) now that it will not
+        land there — except a join delta's update of its *own* side's index.
+
+        A join delta that missed because the other side was pending in this fill was held
+        whole, its own side's index update included, so that the replay sees that index
+        as of the delta's LSN. The own side need not be part of the fill (it may have been
+        filled already); if it is filled, dropping the update would leave it stale for
+        good. Every own-side delta at this key since the fill began was held the same way,
+        so applying them now, in LSN order, keeps that index exact."""
+        keep, release = [], []
+        for h in fill.held:
+            (release if fk is None or h[2] == fk else keep).append(h)
+        fill.held = keep
+        for lsn, _, _, item in sorted(release, key=lambda h: (h[0], h[1])):
+            if item[0] != "node":
+                continue  # a state of this fill: a hole again, nothing to keep exact
+            own = item[1].sides.get(item[2])
+            if own is not None:
+                self._apply_rows(own, item[3], lsn)
 
     def _expire_fills(self) -> None:
         now = time.monotonic()
         for fill in list(self.fills):
             if now - fill.started > self.upquery_timeout:
-                self.fills.discard(fill)
-                if self.inflight.get(fill.requester.sid) is fill:
-                    del self.inflight[fill.requester.sid]
-                fill.dead = True
-                self.runner.cancel(fill)
                 self._observe("upquery", {"view": fill.requester.node.view, "ms": (now - fill.started) * 1000, "ok": False})
-                self._fail_fill(fill, DeadlineExceeded(f"upquery for {fill.requester.label} exceeded {self.upquery_timeout:g}s"))
+                self._abort_fill(fill, DeadlineExceeded(f"upquery for {fill.requester.label} exceeded {self.upquery_timeout:g}s"))
+
+    def _abort_fill(self, fill: Fill, error: Exception) -> None:
+        """Give up on a fill before its reply: its keys become holes again everywhere (a
+        reply arriving later is ignored) and its reads fail with ``error``."""
+        if fill.dead:
+            return
+        self.fills.discard(fill)
+        if self.inflight.get(fill.requester.sid) is fill:
+            del self.inflight[fill.requester.sid]
+        fill.dead = True
+        self.runner.cancel(fill)
+        self._fail_fill(fill, error)
 
     def _load(self, st: State, keys: list[Row], rows: list[Row]) -> None:
         keyset = set(keys)

@@ -156,3 +156,83 @@ def test_view_whose_full_state_cannot_fit_is_refused(spark, tmp_path):
             assert c.lookup("fits", 3).rows == [(3, 2)]
     finally:
         srv.stop()
+
+
+JOIN_SQL = (
+    "SELECT {v}.product, {v}.user_name, {v}.length, {i}.category FROM {v} "
+    "JOIN {i} ON {v}.product = {i}.product WHERE {v}.product = ?"
+)
+
+
+def _join_view(c, uniq):
+    v, i = f"{uniq}visit", f"{uniq}info"
+    c.execute(f"CREATE TABLE {v} (product TEXT, user_name TEXT, length BIGINT)")
+    c.execute(f"CREATE TABLE {i} (product TEXT, category TEXT)")
+    c.insert(i, [("p1", "c1"), ("p2", "c2")])
+    c.insert(v, [("p1", "u1", 10), ("p1", "u2", 20), ("p2", "u3", 30)])
+    sql = JOIN_SQL.format(v=v, i=i)
+    c.execute(f"CREATE VIEW {uniq}pv AS {sql}")
+    return v, i, sql, f"{uniq}pv"
+
+
+@pytest.mark.parametrize("how", ["cancelled", "timed_out"])
+def test_join_index_stays_exact_when_a_fill_of_the_other_side_is_abandoned(server, uniq, how):
+    """A join's own-side index is filled while the other side's key is being filled; a
+    write to the own side meets that pending key and is held. If the fill is then given
+    up (its key evicted, or its scan timing out), the own side must still get the write —
+    found by `partialflow stress`: a deleted visit came back once the key was read again."""
+    df = server.engine.dataflow
+    ex, faults = df.executor, df.runner.faults
+    with server.client() as c:
+        visit, info, sql, view = _join_view(c, uniq)
+        assert_matches(c, sql, ("p1",), c.lookup(view, "p1"))
+        reader = df._reader(view).state
+        join = reader.below[0].node
+        visit_side, info_side = join.sides[0], join.sides[1]
+        assert ("p1",) in visit_side.buckets and ("p1",) in info_side.buckets
+        # Make only the info side (and the reader above it) a hole at p1.
+        ex.call(lambda: ex._evict(info_side, ("p1",))).result()
+        assert ("p1",) in visit_side.buckets and ("p1",) not in reader.buckets
+        out: dict = {}
+        old_timeout = ex.upquery_timeout
+        faults.mode = "hang" if how == "timed_out" else "slow:30"
+        if how == "timed_out":
+            ex.upquery_timeout = 2.0
+
+        def read() -> None:
+            try:
+                out["r"] = c.lookup(view, "p1")
+            except Exception as e:  # the timed-out variant expects DeadlineExceeded
+                out["e"] = e
+
+        try:
+            t = threading.Thread(target=read)
+            t.start()
+            deadline = time.monotonic() + 10
+            while ("p1",) not in info_side.pending and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert ("p1",) in info_side.pending
+            # Held by the fill: the visit index is filled, the info index pending.
+            lsn = c.delete(visit, [("p1", "u1", 10)])
+            ex.wait_for(lsn, time.monotonic() + 10)
+            if how == "cancelled":
+                ex.call(lambda: ex._evict(reader, ("p1",))).result()
+                faults.mode = ""
+            t.join(timeout=30)
+            assert not t.is_alive()
+        finally:
+            faults.mode = ""
+            ex.upquery_timeout = old_timeout
+        if how == "timed_out":
+            assert "e" in out and "exceeded" in str(out["e"])
+        else:
+            assert_matches(c, sql, ("p1",), out["r"])
+        after = c.lookup(view, "p1", min_lsn=lsn)
+        assert_matches(c, sql, ("p1",), after)
+        assert sorted(r[1] for r in after.rows) == ["u2"]
+        # The reader was refilled from Spark, so only a later delta joined against the
+        # visit index shows whether that index kept the delete.
+        lsn = c.update(info, [("p1", "c1")], [("p1", "c9")])
+        after = c.lookup(view, "p1", min_lsn=lsn)
+        assert_matches(c, sql, ("p1",), after)
+        assert sorted(after.rows) == [("p1", "u2", 20, "c9")]
