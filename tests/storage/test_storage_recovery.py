@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -122,7 +123,9 @@ CHILD = textwrap.dedent(
     import sys, threading
     from partialflow.server.storage import Column, Storage, TableSchema
     from partialflow.server.errors import AlreadyExists
-    st = Storage(sys.argv[1], None, flush_rows=300, flush_interval=0.02, max_segments=10**6)
+    flush_rows, rotate = int(sys.argv[3]), int(sys.argv[4])
+    st = Storage(sys.argv[1], None, flush_rows=flush_rows, flush_interval=0.02,
+                 max_segments=10**6, wal_rotate_bytes=rotate)
     st.open()
     try:
         st.create_table(TableSchema("k", (Column("w", "BIGINT"), Column("seq", "BIGINT"),
@@ -151,7 +154,11 @@ CHILD = textwrap.dedent(
 
 def expected_rows(acks: list[tuple[int, int, int]], rnd: int) -> tuple[Counter, set, set]:
     """Model of the acknowledged writes, plus the inserted and deleted rows of each worker's
-    next write, which was in flight at the kill and may or may not have committed."""
+    next write, which was in flight at the kill and may or may not have committed.
+
+    ``acks`` must hold *every* ack line the child printed (see ``kill_and_collect``): a worker
+    writes seq N+1 only after printing seq N, so only its next write can be unaccounted for.
+    """
     model: Counter = Counter()
     last_seq: dict[int, int] = {}
     for _, w, seq in acks:
@@ -168,12 +175,39 @@ def expected_rows(acks: list[tuple[int, int, int]], rnd: int) -> tuple[Counter, 
     return +model, maybe_ins, maybe_del
 
 
-# KNOWN BUG (open, issue 2): in one full-suite run on a heavily loaded machine this test found
-# acknowledged inserts missing after the second SIGKILL + recovery. Not yet reproduced or
-# explained; kept running (a pass is reported) but not allowed to block until it is fixed.
-@pytest.mark.xfail(reason="known bug under investigation: rare loss of acknowledged rows after a second SIGKILL", strict=False)
-@pytest.mark.parametrize("rounds", [2])
-def test_sigkill_during_concurrent_writes(make_store, tmp_path: Path, rounds: int) -> None:
+def parse_acks(text: str) -> list[tuple[int, int, int]]:
+    out = []
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 4 and parts[0] == "ack":  # a cut-off last line is an unprinted ack
+            out.append((int(parts[1]), int(parts[2]), int(parts[3])))
+    return out
+
+
+def kill_and_collect(proc: subprocess.Popen, acks: list[tuple[int, int, int]], lag: float) -> None:
+    """SIGKILL the child ``lag`` seconds after the parent stopped reading, then add every ack
+    line it printed meanwhile (they stay readable in the pipe after its death).
+
+    The child keeps acknowledging writes between the parent's last read and the kill (the
+    parent may also simply be descheduled there on a loaded machine). Modelling only the
+    lines read before the kill made such writes look like storage bugs: their deletes showed
+    up as "acknowledged rows lost", their inserts as extra rows (issue 2).
+    """
+    if lag:
+        time.sleep(lag)
+    os.kill(proc.pid, signal.SIGKILL)
+    assert proc.stdout is not None
+    rest = proc.stdout.read()
+    proc.wait()
+    acks.extend(parse_acks(rest))
+
+
+def run_killed_child(
+    tmp_path: Path, rounds: int, rng: random.Random | None, lag: float
+) -> tuple[Path, Counter, set, set, list[int]]:
+    """Run the writing child ``rounds`` times on one data directory, SIGKILLing it each time
+    (with ``rng``: after a random number of acks, a random lag and a random flush/WAL-rotation
+    configuration). Returns the data directory, the model and every acknowledged LSN."""
     data = tmp_path / "killed"
     script = tmp_path / "child.py"
     script.write_text(CHILD)
@@ -182,25 +216,42 @@ def test_sigkill_during_concurrent_writes(make_store, tmp_path: Path, rounds: in
     maybe_del: set = set()
     all_lsns: list[int] = []
     for rnd in range(rounds):
-        proc = subprocess.Popen([sys.executable, str(script), str(data), str(rnd)],
-                                stdout=subprocess.PIPE, text=True)
-        acks = []
+        if rng is None:
+            target, flush_rows, rotate, wait = 400 + 300 * rnd, 300, 64 << 20, lag
+        else:
+            target = rng.randint(100, 900)
+            flush_rows = rng.choice([50, 300, 5000])
+            rotate = rng.choice([1024, 16 << 10, 64 << 20])
+            wait = rng.uniform(0, lag)
+        errors = tmp_path / f"child-{rnd}.err"
+        with open(errors, "w") as err:
+            proc = subprocess.Popen(
+                [sys.executable, str(script), str(data), str(rnd), str(flush_rows), str(rotate)],
+                stdout=subprocess.PIPE, stderr=err, text=True,
+            )
+        acks: list[tuple[int, int, int]] = []
         deadline = time.monotonic() + 60
         assert proc.stdout is not None
-        while len(acks) < 400 + 300 * rnd and time.monotonic() < deadline:
+        while len(acks) < target and time.monotonic() < deadline:
             line = proc.stdout.readline()
             if not line:
                 break
-            _, lsn, w, seq = line.split()
-            acks.append((int(lsn), int(w), int(seq)))
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
+            acks.extend(parse_acks(line))
+        kill_and_collect(proc, acks, wait)
+        # A worker that died (e.g. a delete refused by a row index that recovery got wrong)
+        # would otherwise just stop writing and go unnoticed.
+        assert "Traceback" not in errors.read_text(), errors.read_text()[-4000:]
         assert len(acks) >= 100, "child made too little progress"
         m, mi, md = expected_rows(acks, rnd)
         model += m
         maybe_ins |= mi
         maybe_del |= md
         all_lsns += [a[0] for a in acks]
+    return data, model, maybe_ins, maybe_del, all_lsns
+
+
+def check_killed_store(make_store, run: tuple[Path, Counter, set, set, list[int]]) -> None:
+    data, model, maybe_ins, maybe_del, all_lsns = run
     assert len(set(all_lsns)) == len(all_lsns), "an LSN was acknowledged twice"
     st = make_store(data)
     assert st.last_lsn >= max(all_lsns)
@@ -214,6 +265,74 @@ def test_sigkill_during_concurrent_writes(make_store, tmp_path: Path, rounds: in
     assert all(r in maybe_ins and n == 1 for r, n in extra.items()), list(extra.items())[:5]
     # Writes continue after recovery with fresh LSNs.
     assert st.write("k", [(99, 0, 0)]) == st.last_lsn
+
+
+@pytest.mark.parametrize("rounds", [2])
+def test_sigkill_during_concurrent_writes(make_store, tmp_path: Path, rounds: int) -> None:
+    check_killed_store(make_store, run_killed_child(tmp_path, rounds, None, 0.0))
+
+
+def test_sigkill_acks_printed_after_last_read_are_modelled(make_store, tmp_path: Path) -> None:
+    """Regression for issue 2: the parent stops reading, the child keeps acknowledging for a
+    while (as when the parent is descheduled), then dies. Before the harness collected the
+    acks left in the pipe, this failed every time with "acknowledged rows lost"."""
+    check_killed_store(make_store, run_killed_child(tmp_path, 2, None, 0.3))
+
+
+def test_sigkill_random_moments(make_store, tmp_path: Path) -> None:
+    """More rounds, kills at random moments (mid flush, mid WAL rotation or truncation), small
+    WAL files so truncation deletes files between kills; the model must hold exactly."""
+    seed = int.from_bytes(os.urandom(4), "big")
+    print(f"random seed {seed}")  # shown with a failure, to replay the same schedule
+    rng = random.Random(seed)
+    check_killed_store(make_store, run_killed_child(tmp_path, 5, rng, 0.2))
+
+
+def wait_indexed(st: Storage) -> None:
+    deadline = time.monotonic() + 30
+    while st.stats()["index_lsn"] < st.last_lsn and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert st.stats()["index_lsn"] == st.last_lsn
+
+
+def test_double_crash_after_rotation_and_truncation(make_store) -> None:
+    """Crash, recover, write, crash, recover, with WAL files rotated and truncated between
+    the crashes: every acknowledged write is there exactly once, the LSNs continue."""
+    st = make_store(wal_rotate_bytes=512)
+    st.create_table(BAG)
+    want: Counter = Counter()
+    for i in range(30):
+        st.write("t", [(i, "a" * 40, float(i), True)] * 2)
+        want[(i, "a" * 40, float(i), True)] += 2
+    wait_indexed(st)
+    st.flush()  # flushes and deletes the covered WAL files
+    assert st.stats()["flushed_lsn"] == 30
+    files_before = len(wal_files(st))
+    for i in range(10):
+        st.write("t", [(100 + i, "b", 0.0, False)], deletes=[(i, "a" * 40, float(i), True)])
+        want[(100 + i, "b", 0.0, False)] += 1
+        want[(i, "a" * 40, float(i), True)] -= 1
+    assert len(wal_files(st)) > files_before  # the unflushed tail spans rotated files
+    st._halt()
+
+    st2 = make_store(wal_rotate_bytes=512)
+    assert st2.last_lsn == 40
+    assert rows_of(st2, "t") == +want
+    for i in range(10):  # some flushed, the rest only in the log at the next crash
+        st2.write("t", [(200 + i, None, None, None)], deletes=[(i, "a" * 40, float(i), True)])
+        want[(200 + i, None, None, None)] += 1
+        want[(i, "a" * 40, float(i), True)] -= 1
+        if i == 4:
+            wait_indexed(st2)
+            st2.flush()
+    st2._halt()
+
+    st3 = make_store()
+    assert st3.last_lsn == 50
+    assert rows_of(st3, "t") == +want
+    with pytest.raises(NotFound):  # the row index agrees: both copies are gone
+        st3.write("t", deletes=[(0, "a" * 40, 0.0, True)])
+    assert st3.write("t", deletes=[(10, "a" * 40, 10.0, True)] * 2) == 51
 
 
 def test_wal_rotation_and_truncation(make_store) -> None:
