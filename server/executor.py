@@ -56,7 +56,8 @@ class Executor(FillsMixin, EvictionMixin):
         self.partial_bytes = 0
         self.full_bytes = 0
         self.wanted: dict[State, dict[Row, list[Waiter]]] = {}
-        self.inflight: dict[int, Fill] = {}  # requester sid -> its fill
+        self.inflight: dict[int, list[Fill]] = {}  # requester sid -> its fills in flight
+        self._wake: float | None = None  # when a timer will next poke the loop
         self.fills: set[Fill] = set()
         self._touched: set[tuple[State, Row]] = set()
         # Lock-free reads (a seqlock): readers' published rows and the LSN they are exact
@@ -86,6 +87,20 @@ class Executor(FillsMixin, EvictionMixin):
 
     def submit(self, *packet: Any) -> None:
         self.queue.put(packet)
+
+    def _wake_at(self, when: float) -> None:
+        """Have the loop run (and issue gathered misses) at ``when`` even if no packet comes."""
+        if self._wake is not None and self._wake <= when:
+            return
+        self._wake = when
+
+        def poke() -> None:
+            self._wake = None
+            self.submit("tick")
+
+        t = threading.Timer(max(0.0, when - time.monotonic()), poke)
+        t.daemon = True
+        t.start()
 
     def call(self, fn: Callable[[], Any]) -> Future:
         """Run ``fn`` on the executor thread, in order with everything else."""
@@ -134,6 +149,8 @@ class Executor(FillsMixin, EvictionMixin):
         elif kind == "fill_done":
             _, fill, results, error = packet
             self._finish_fill(fill, results, error)
+        elif kind == "tick":
+            pass  # _after_packet issues what was waiting for its window
         elif kind == "call":
             _, fn, fut = packet
             try:
@@ -141,8 +158,10 @@ class Executor(FillsMixin, EvictionMixin):
             except Exception as e:
                 fut.set_exception(e)
 
-    def _propagate(self, items: list[tuple[Node, int, list[Delta]]], lsn: int) -> None:
-        """Push deltas up the graph in topological order (node ids are topological)."""
+    def _propagate(self, items: list[tuple[Node, int, list[Delta]]], lsn: int,
+                   captured: dict[tuple[int, Row], list[Row]] | None = None) -> None:
+        """Push deltas up the graph in topological order (node ids are topological).
+        ``captured``: the items are held join deltas being replayed (see _process)."""
         inbox: dict[int, list[tuple[int, list[Delta]]]] = {}
         heap: list[int] = []
 
@@ -154,6 +173,7 @@ class Executor(FillsMixin, EvictionMixin):
                 heapq.heappush(heap, node.nid)
             inbox[node.nid].append((pidx, deltas))
 
+        replayed = {node.nid for node, _, _ in items} if captured is not None else set()
         for node, pidx, deltas in items:
             push(node, pidx, deltas)
         while heap:
@@ -163,10 +183,24 @@ class Executor(FillsMixin, EvictionMixin):
             if node is None:
                 continue
             for pidx, deltas in sorted(batches, key=lambda b: b[0]):
-                out = self._process(node, pidx, deltas, lsn)
+                if nid in replayed:
+                    out = self._replay_join(node, pidx, deltas, lsn, captured or {})
+                else:
+                    out = self._process(node, pidx, deltas, lsn)
                 if out:
                     for child, cidx in node.children:
                         push(child, cidx, out)
+
+    def _replay_join(self, node: Node, pidx: int, deltas: list[Delta], lsn: int,
+                     captured: dict[tuple[int, Row], list[Row]]) -> list[Delta]:
+        """Compute held join deltas now that the side they missed is filled. The side
+        indexes outside the fill were captured when the deltas were held (they have moved
+        on since), and the delta's own side was updated then, so it is not touched here."""
+        out = node.op.on_input(pidx, deltas, _CapturedAccess(node, captured))
+        for m in out.misses:  # the side was evicted meanwhile: drop, evict what it affects
+            self.counters["join_misses"] += 1
+            self._evict_downstream(node, pidx, m.delta[0])
+        return out.deltas
 
     def _process(self, node: Node, pidx: int, deltas: list[Delta], lsn: int) -> list[Delta]:
         if node.view is not None:
@@ -199,15 +233,17 @@ class Executor(FillsMixin, EvictionMixin):
                 self._evict(st, tuple([group[i] for i in st.fk_in_index]))
             return out.deltas
         out = op.on_input(pidx, deltas, StateAccess(node))
-        held: Counter = Counter()
         for m in out.misses:
             side = node.sides[m.side]
             fk = side.fill_key_of_index(m.key)
             fill = side.pending.get(fk)
             if fill is not None and side.mode != "miss" and lsn > fill.lsn:
-                # Trace mode: the downstream keys are pending in the same fill.
-                fill.hold(lsn, fk, ("node", node, pidx, m.delta))
-                held[m.delta] += 1
+                # Trace mode: the downstream keys are pending in the same fill. Hold the
+                # computation until the missed side is filled, with the other sides' rows
+                # as they are now (the replay must not see their later updates, which reach
+                # the pending keys on their own). The delta's own side is updated now like
+                # any other: deltas from the other side meanwhile must see this one.
+                fill.hold(lsn, fk, ("join", node, pidx, m.delta, self._capture(node, m.side, m.key)))
                 continue
             self.counters["join_misses"] += 1
             # The update can't be computed: drop it and evict what it could affect. (Holding
@@ -220,11 +256,18 @@ class Executor(FillsMixin, EvictionMixin):
         own_side = node.sides.get(pidx)
         if own_side is not None:
             for d in deltas:
-                if held[d] > 0:
-                    held[d] -= 1
-                    continue
                 self._apply_rows(own_side, d, lsn)
         return out.deltas
+
+    @staticmethod
+    def _capture(node: Node, missed: int, key: Row) -> dict[tuple[int, Row], list[Row]]:
+        out = {}
+        for s, side in node.sides.items():
+            if s != missed:
+                rows = side.rows_at(key)
+                if rows is not None:
+                    out[(s, key)] = rows
+        return out
 
     def _apply_rows(self, st: State, d: Delta, lsn: int) -> None:
         row, sign = d
@@ -313,3 +356,18 @@ class Executor(FillsMixin, EvictionMixin):
             self.wanted.pop(st, None)
             self.states.pop(st.sid, None)
         self.full_bytes = sum(s.memory_bytes for s in self.states.values() if s.mode == "full")
+
+
+class _CapturedAccess(StateAccess):
+    """Join lookups for a replayed held delta: captured rows where there are some, the
+    (now filled) index otherwise."""
+
+    __slots__ = ("captured",)
+
+    def __init__(self, node: Node, captured: dict[tuple[int, Row], list[Row]]) -> None:
+        super().__init__(node)
+        self.captured = captured
+
+    def lookup(self, side: int, key: Row) -> list[Row] | None:
+        rows = self.captured.get((side, key))
+        return rows if rows is not None else self.node.sides[side].rows_at(key)

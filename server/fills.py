@@ -25,6 +25,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("partialflow.executor")
 
+# Misses arriving while a state's fill is in flight gather this long before going out as
+# another fill; at most this many fills of one state run at once (the rest wait).
+FILL_WINDOW = 0.02
+MAX_FILLS_PER_STATE = 3
+
 
 class FillsMixin:
     def _want(self, st: State, fk: Row, waiter: Waiter | None) -> None:
@@ -42,9 +47,25 @@ class FillsMixin:
             ws.append(waiter)
 
     def _issue_wanted(self) -> None:
+        """Issue wanted keys as fills. A state with no fill in flight issues at once (a
+        lone cold read pays no wait). While one is in flight, misses gather for
+        FILL_WINDOW and then go out together as one more concurrent fill (up to
+        MAX_FILLS_PER_STATE): a burst of concurrent cold reads then costs about one
+        upquery's time in two or three jobs, instead of queueing behind the first."""
+        now = time.monotonic()
+        wake = None
         for st in list(self.wanted):
-            if st.sid not in self.inflight:
+            fills = self.inflight.get(st.sid)
+            if not fills:
                 self._issue(st)
+            elif len(fills) < MAX_FILLS_PER_STATE:
+                due = fills[-1].started + FILL_WINDOW
+                if now >= due:
+                    self._issue(st)
+                else:
+                    wake = due if wake is None else min(wake, due)
+        if wake is not None:
+            self._wake_at(wake)
 
     def _closure(self, st: State, fk: Row) -> list[State] | None:
         """``st`` and every hole below it at ``fk``; None while one below is pending."""
@@ -90,17 +111,23 @@ class FillsMixin:
             self._finish_fill(fill, {}, None)  # derivable from filled state: no Spark
             return
         fill.snapshot = self.runner.storage.snapshot(fill.lsn)
-        self.inflight[st.sid] = fill
+        self.inflight.setdefault(st.sid, []).append(fill)
         self.fills.add(fill)
         self.counters["upqueries"] += 1
         self.runner.submit(fill, lambda f, r, e: self.submit("fill_done", f, r, e))
+
+    def _uninflight(self, fill: Fill) -> None:
+        fills = self.inflight.get(fill.requester.sid)
+        if fills and fill in fills:
+            fills.remove(fill)
+            if not fills:
+                del self.inflight[fill.requester.sid]
 
     def _finish_fill(self, fill: Fill, results: dict[int, list[Row]] | None, error: Exception | None) -> None:
         if fill.dead:
             return
         self.fills.discard(fill)
-        if self.inflight.get(fill.requester.sid) is fill:
-            del self.inflight[fill.requester.sid]
+        self._uninflight(fill)
         fill.dead = True
         ms = (time.monotonic() - fill.started) * 1000
         self.upquery_ms.append(ms)
@@ -119,15 +146,21 @@ class FillsMixin:
             for k in keys:
                 del x.pending[k]
                 self._touched.add((x, k))
+        # Replay what was held in the order it happened; consecutive deltas held by one
+        # node from one input are one batch again, as when they first arrived.
         held = sorted((h for h in fill.held if h[2] not in fill.cancelled), key=lambda h: (h[0], h[1]))
-        for lsn, group in groupby(held, key=lambda h: h[0]):
-            items = []
-            for _, _, _, item in group:
-                if item[0] == "rows":
+        for (lsn, kind, _, _), group in groupby(held, key=_batch_key):
+            items = [h[3] for h in group]
+            if kind == "rows":
+                for item in items:
                     self._apply_rows(item[1], item[2], lsn)
-                else:
-                    items.append((item[1], item[2], [item[3]]))
-            self._propagate(items, lsn)
+            elif kind == "node":
+                self._propagate([(items[0][1], items[0][2], [i[3] for i in items])], lsn)
+            else:
+                captured = {}
+                for i in items:
+                    captured.update(i[4])
+                self._propagate([(items[0][1], items[0][2], [i[3] for i in items])], lsn, captured)
         st = fill.requester
         for fk, ws in fill.waiters.items():
             for w in ws:
@@ -148,7 +181,6 @@ class FillsMixin:
             for k in keys:
                 if x.pending.get(k) is fill:
                     del x.pending[k]
-        self._release_held(fill, None)
         err = error if isinstance(error, (DeadlineExceeded, Unavailable)) else Unavailable(f"upquery failed: {str(error).splitlines()[0] if str(error) else type(error).__name__}")
         for ws in fill.waiters.values():
             for w in ws:
@@ -160,31 +192,9 @@ class FillsMixin:
         for x, keys in fill.keys.items():
             if fk in keys and x.pending.get(fk) is fill:
                 del x.pending[fk]
-        self._release_held(fill, fk)
         for w in fill.waiters.pop(fk, []):
             self._want(fill.requester, fk, w)
         self.counters["fills_cancelled"] += 1
-
-    def _release_held(self, fill: Fill, fk: Row | None) -> None:
-        """Drop the updates ``fill`` held at ``fk`` (all keys if None) now that it will not
-        land there — except a join delta's update of its *own* side's index.
-
-        A join delta that missed because the other side was pending in this fill was held
-        whole, its own side's index update included, so that the replay sees that index
-        as of the delta's LSN. The own side need not be part of the fill (it may have been
-        filled already); if it is filled, dropping the update would leave it stale for
-        good. Every own-side delta at this key since the fill began was held the same way,
-        so applying them now, in LSN order, keeps that index exact."""
-        keep, release = [], []
-        for h in fill.held:
-            (release if fk is None or h[2] == fk else keep).append(h)
-        fill.held = keep
-        for lsn, _, _, item in sorted(release, key=lambda h: (h[0], h[1])):
-            if item[0] != "node":
-                continue  # a state of this fill: a hole again, nothing to keep exact
-            own = item[1].sides.get(item[2])
-            if own is not None:
-                self._apply_rows(own, item[3], lsn)
 
     def _expire_fills(self) -> None:
         now = time.monotonic()
@@ -199,8 +209,7 @@ class FillsMixin:
         if fill.dead:
             return
         self.fills.discard(fill)
-        if self.inflight.get(fill.requester.sid) is fill:
-            del self.inflight[fill.requester.sid]
+        self._uninflight(fill)
         fill.dead = True
         self.runner.cancel(fill)
         self._fail_fill(fill, error)
@@ -259,3 +268,11 @@ class FillsMixin:
         self.runner.submit(fill, lambda f, r, e: self.submit("fill_done", f, r, e))
         return waiter
 
+
+
+def _batch_key(h: tuple) -> tuple:
+    """Held items that replay as one batch: same LSN, kind, and node and input (or state)."""
+    lsn, _, _, item = h
+    if item[0] == "rows":
+        return (lsn, "rows", item[1].sid, 0)
+    return (lsn, item[0], item[1].nid, item[2])

@@ -33,10 +33,12 @@ class Recorder:
         self.reads.append((view, key, lsn, list(rows)))
 
 
-def verify(spark: SparkSession, rec: Recorder, oracles: dict[str, tuple[str, int]]) -> tuple[int, list[str]]:
+def verify(spark: SparkSession, rec: Recorder, oracles: dict[str, tuple[str, int]],
+           details: list[tuple] | None = None) -> tuple[int, list[str]]:
     """Check every recorded read. ``oracles`` maps view -> (SQL over ``{table}_at`` tables
     that outputs ``_at``, the key columns (``_k0``...) and then the view's columns, number
-    of key columns). Returns (reads checked, mismatch descriptions)."""
+    of key columns). Returns (reads checked, mismatch descriptions); ``details`` collects
+    (view, key, lsn, served rows, expected rows) of each mismatch."""
     hist: dict[str, list[tuple]] = defaultdict(list)
     for lsn, table, rows, sign in rec.writes:
         hist[table] += [tuple(r) + (lsn, sign) for r in rows]
@@ -68,6 +70,8 @@ def verify(spark: SparkSession, rec: Recorder, oracles: dict[str, tuple[str, int
             want = expected.get((lsn, key), [])
             if norm(rows) != norm(want):
                 bad.append(f"{view} key {key!r} at LSN {lsn}: view {sorted(map(repr, rows))} != Spark {sorted(map(repr, want))}")
+                if details is not None:
+                    details.append((view, key, lsn, rows, want))
     return checked, bad
 
 

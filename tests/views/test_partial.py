@@ -56,6 +56,34 @@ def test_lookup_many_of_100_cold_keys_is_one_spark_job(server, uniq):
         assert not check_results(c, COUNT_SQL.format(t=t), results, sample=12)
 
 
+def test_concurrent_cold_reads_share_a_few_upqueries(server, uniq):
+    """32 readers miss on 32 distinct keys at once: the misses that arrive while the first
+    upquery runs gather into a few more, not one Spark job per read (and all are exact)."""
+    t = f"{uniq}t"
+    sql = COUNT_SQL.format(t=t)
+    with server.client() as c:
+        _table(c, t)
+        c.execute(f"CREATE VIEW {uniq}v AS {sql}")
+        view = f"{uniq}v"
+        before = _jobs(c)
+        results: dict = {}
+        barrier = threading.Barrier(32)
+
+        def read(k: int) -> None:
+            barrier.wait()
+            results[k] = c.lookup(view, k)
+
+        threads = [threading.Thread(target=read, args=(k,)) for k in range(32)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        jobs = _jobs(c) - before
+        assert len(results) == 32 and c.stats()["views"][view]["keys_filled"] == 32
+        assert jobs <= 8, f"32 concurrent cold reads ran {jobs} Spark jobs"
+        assert not check_results(c, sql, results, sample=8)
+
+
 def test_writes_during_a_held_scan_are_neither_lost_nor_doubled(server, uniq):
     """Hold the upquery's Spark scan open while writes to the same key arrive; the filled
     key must reflect the snapshot plus exactly the writes after it."""
@@ -236,3 +264,41 @@ def test_join_index_stays_exact_when_a_fill_of_the_other_side_is_abandoned(serve
         after = c.lookup(view, "p1", min_lsn=lsn)
         assert_matches(c, sql, ("p1",), after)
         assert sorted(after.rows) == [("p1", "u2", 20, "c9")]
+
+
+def test_join_fill_orders_writes_to_both_sides(server, uniq):
+    """The visit index of a join is filled, the info index is being filled, and writes land
+    on both sides meanwhile: a visit, then a change of its product's category. The filled
+    key must hold the visit with the new category (once) — found by `partialflow stress`
+    as a retraction of a row the reader did not hold."""
+    df = server.engine.dataflow
+    ex, faults = df.executor, df.runner.faults
+    with server.client() as c:
+        visit, info, sql, view = _join_view(c, uniq)
+        c.lookup(view, "p1")
+        join = df._reader(view).state.below[0].node
+        info_side = join.sides[1]
+        ex.call(lambda: ex._evict(info_side, ("p1",))).result()
+        out: dict = {}
+        faults.mode = "slow:3"
+        try:
+            t = threading.Thread(target=lambda: out.setdefault("r", c.lookup(view, "p1")))
+            t.start()
+            deadline = time.monotonic() + 10
+            while ("p1",) not in info_side.pending and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert ("p1",) in info_side.pending
+            c.insert(visit, [("p1", "u9", 5)])
+            lsn = c.update(info, [("p1", "c1")], [("p1", "c7")])
+            t.join(timeout=60)
+        finally:
+            faults.mode = ""
+        assert_matches(c, sql, ("p1",), out["r"])
+        after = c.lookup(view, "p1", min_lsn=lsn)
+        assert_matches(c, sql, ("p1",), after)
+        assert ("p1", "u9", 5, "c7") in after.rows
+        anomalies = c.stats()["state_anomalies"]
+        lsn = c.delete(visit, [("p1", "u9", 5)])
+        after = c.lookup(view, "p1", min_lsn=lsn)
+        assert_matches(c, sql, ("p1",), after)
+        assert c.stats()["state_anomalies"] == anomalies

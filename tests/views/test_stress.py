@@ -15,6 +15,7 @@ import pytest
 
 from helpers import InProcessServer
 from history_oracle import Recorder, first, verify
+from oracle import bind_params, norm
 
 DURATION = float(os.environ.get("PARTIALFLOW_STRESS_SECONDS", "30"))
 MIN_READS = 150
@@ -191,6 +192,24 @@ def test_stress_concurrent_reads_writes_evictions(small_server, spark):
     assert server_stats["state_anomalies"] == 0
     assert server_stats["memory_evictions"] > 0, f"the memory limit should force evictions: {stats} {server_stats}"
     oracles = {v: (VIEWS[v][1], VIEWS[v][2]) for v in KEYS}
-    checked, bad = verify(spark, rec, oracles)
+    details: list[tuple] = []
+    checked, bad = verify(spark, rec, oracles, details)
     assert checked == stats["reads"] and checked > 20, stats
-    assert not bad, f"{len(bad)} of {checked} reads differ from Spark:\n{first(bad)}"
+    assert not bad, f"{len(bad)} of {checked} reads differ from Spark:\n{first(bad)}\n{_diagnose(small_server, details)}"
+
+
+def _diagnose(server, details: list[tuple]) -> str:
+    """Tell a dataflow bug from a storage one: the server's own snapshot query at the read's
+    LSN either agrees with the recorded history (the view was wrong) or with the view."""
+    lines = []
+    with server.client() as c:
+        for view, key, lsn, rows, want in details[:3]:
+            try:
+                got = c.query(bind_params(VIEWS[view][0], key), as_of=lsn).rows
+            except Exception as e:  # e.g. older than the retention horizon
+                lines.append(f"{view} {key} @ {lsn}: snapshot query failed: {e}")
+                continue
+            side = "history (a dataflow bug)" if norm(got) == norm(want) else (
+                "the view (a storage bug)" if norm(got) == norm(rows) else "neither")
+            lines.append(f"{view} {key} @ {lsn}: the server's snapshot query agrees with {side}: {sorted(got)}")
+    return "\n".join(lines)
