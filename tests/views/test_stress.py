@@ -205,7 +205,11 @@ def _diagnose(server, details: list[tuple]) -> str:
     with server.client() as c:
         for view, key, lsn, rows, want in details[:3]:
             try:
-                got = c.query(bind_params(VIEWS[view][0], key), as_of=lsn).rows
+                sql = VIEWS[view][0]
+                for name, (inner, _, nkey) in VIEWS.items():  # views over views: inline them
+                    if nkey == 0 and f"FROM {name} " in sql:
+                        sql = sql.replace(f"FROM {name} ", f"FROM ({inner}) {name} ")
+                got = c.query(bind_params(sql, key), as_of=lsn).rows
             except Exception as e:  # e.g. older than the retention horizon
                 lines.append(f"{view} {key} @ {lsn}: snapshot query failed: {e}")
                 continue
