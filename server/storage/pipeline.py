@@ -80,8 +80,12 @@ def committer_loop(st: Storage) -> None:
             st._index_backlog += rows
             st._ack_cv.notify_all()
             st._index_cv.notify()
-        with st._wal_lock:
-            st._wal.maybe_rotate(last + 1)
+        try:
+            with st._wal_lock:
+                st._wal.maybe_rotate(last + 1)
+        except OSError:  # e.g. disk full: keep appending to the current file, retry later
+            log.error("could not start a new WAL file; will retry after the next group",
+                      exc_info=True)
 
 
 def indexer_loop(st: Storage) -> None:

@@ -172,7 +172,12 @@ class WalWriter:
             return
         path = self.dir / wal_file_name(next_lsn)
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o644)
-        fsync_dir(self.dir)
+        try:
+            fsync_dir(self.dir)
+        except OSError:  # leave no half-made file behind; the caller retries later
+            os.close(fd)
+            path.unlink(missing_ok=True)
+            raise
         os.close(self._fd)
         self._fd = fd
         self._closed_bytes += self._size
