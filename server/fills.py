@@ -95,8 +95,22 @@ class FillsMixin:
             states = self._closure(st, fk)
             if states is None:
                 continue
+            # States derivable from filled state are derived now, bottom-up, not with the
+            # reply: a source outside the fill keeps moving while Spark runs, and deriving
+            # from it later would count the updates held meanwhile twice.
+            pending = []
+            for x in sorted(states, key=lambda s: s.node.nid):
+                if x.source is not None and fk in x.source[0].buckets:
+                    self._derive(x, [fk])
+                    self._touched.add((x, fk))
+                else:
+                    pending.append(x)
+            if not pending:
+                for w in wanted.pop(fk):
+                    w.deliver(fk, st.bucket_rows(fk) if st.kind == "rows" else [], self.applied_lsn)
+                continue
             fill.waiters[fk] = wanted.pop(fk)
-            for x in states:
+            for x in pending:
                 fill.keys.setdefault(x, set()).add(fk)
                 x.pending[fk] = fill
         if not wanted:

@@ -302,3 +302,38 @@ def test_join_fill_orders_writes_to_both_sides(server, uniq):
         after = c.lookup(view, "p1", min_lsn=lsn)
         assert_matches(c, sql, ("p1",), after)
         assert c.stats()["state_anomalies"] == anomalies
+
+
+def test_lookup_many_mixing_derivable_and_cold_keys_counts_each_write_once(server, uniq):
+    """One lookup_many asks for a key whose aggregate is filled (only the reader above it was
+    evicted: derivable without Spark) and a cold key (a Spark scan). Writes to the first key
+    land while the scan runs; each must count once — found by the stress tests as a wrong
+    average and a top-k reader retracting a row it never held."""
+    t = f"{uniq}t"
+    sql = COUNT_SQL.format(t=t)
+    df = server.engine.dataflow
+    ex, faults = df.executor, df.runner.faults
+    with server.client() as c:
+        _table(c, t)
+        c.execute(f"CREATE VIEW {uniq}v AS {sql}")
+        view = f"{uniq}v"
+        c.lookup(view, 1)
+        reader = df._reader(view).state
+        ex.call(lambda: ex._evict(reader, (1,))).result()  # the aggregate below stays filled
+        assert (1,) in reader.source[0].buckets and (1,) not in reader.buckets
+        out: dict = {}
+        faults.mode = "slow:3"
+        try:
+            th = threading.Thread(target=lambda: out.setdefault("r", c.lookup_many(view, [1, 2])))
+            th.start()
+            deadline = time.monotonic() + 10
+            while not ex.fills and time.monotonic() < deadline:
+                time.sleep(0.05)
+            lsn = c.insert(t, [(1, 500), (1, 501)])
+            th.join(timeout=60)
+        finally:
+            faults.mode = ""
+        assert not check_results(c, sql, out["r"])
+        after = c.lookup(view, 1, min_lsn=lsn)
+        assert_matches(c, sql, (1,), after)
+        assert after.rows[0][1] == 3 + 2
