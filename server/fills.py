@@ -25,10 +25,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("partialflow.executor")
 
-# Misses arriving while a state's fill is in flight gather this long before going out as
-# another fill; at most this many fills of one state run at once (the rest wait).
-FILL_WINDOW = 0.02
-MAX_FILLS_PER_STATE = 3
+# Misses arriving while a state's fill is in flight gather until none came for
+# GATHER_QUIET seconds (at most GATHER_MAX after that fill began), then go out as another
+# fill; at most MAX_FILLS_PER_STATE fills of one state run at once (the rest wait).
+GATHER_QUIET = 0.01
+GATHER_MAX = 0.1
+MAX_FILLS_PER_STATE = 2
 
 
 class FillsMixin:
@@ -42,16 +44,19 @@ class FillsMixin:
             if waiter is not None:
                 fill.waiters.setdefault(fk, []).append(waiter)
             return
+        self._last_miss[st.sid] = time.monotonic()
         ws = self.wanted.setdefault(st, {}).setdefault(fk, [])
         if waiter is not None:
             ws.append(waiter)
 
     def _issue_wanted(self) -> None:
         """Issue wanted keys as fills. A state with no fill in flight issues at once (a
-        lone cold read pays no wait). While one is in flight, misses gather for
-        FILL_WINDOW and then go out together as one more concurrent fill (up to
-        MAX_FILLS_PER_STATE): a burst of concurrent cold reads then costs about one
-        upquery's time in two or three jobs, instead of queueing behind the first."""
+        lone cold read pays no wait). Misses arriving while one is in flight gather until
+        they pause for GATHER_QUIET (or GATHER_MAX has passed since that fill began) and
+        then go out together as one more concurrent fill, up to MAX_FILLS_PER_STATE: a
+        burst of concurrent cold reads costs about one upquery's time in two jobs, instead
+        of queueing behind the first. (More concurrent jobs only slow each other down on
+        a small machine.)"""
         now = time.monotonic()
         wake = None
         for st in list(self.wanted):
@@ -59,7 +64,7 @@ class FillsMixin:
             if not fills:
                 self._issue(st)
             elif len(fills) < MAX_FILLS_PER_STATE:
-                due = fills[-1].started + FILL_WINDOW
+                due = min(fills[-1].started + GATHER_MAX, self._last_miss.get(st.sid, 0.0) + GATHER_QUIET)
                 if now >= due:
                     self._issue(st)
                 else:

@@ -142,6 +142,9 @@ def _aggregate(op: Aggregate, parents: list[DataFrame]) -> DataFrame:
 def _aggregate_state(op: Aggregate, parents: list[DataFrame]) -> DataFrame:
     df = parents[0]
     g = len(op.group_by)
+    single = _single_extreme_column(op)
+    if single is not None:
+        return _extreme_state_one_pass(op, df, single)
     groups = [_c(c).alias(f"_g{i}") for i, c in enumerate(op.group_by)]
     accs: list[Column] = [F.count(F.lit(1)).alias("_n")]
     names = ["_n"]
@@ -161,6 +164,39 @@ def _aggregate_state(op: Aggregate, parents: list[DataFrame]) -> DataFrame:
     if extremes:
         state = _attach(state, _extreme_candidates(df, op, extremes), g)
     return _positional(state.select(*[f"_g{j}" for j in range(g)], *names))
+
+
+def _single_extreme_column(op: Aggregate) -> int | None:
+    """The column of a grouped state whose aggregates are all MIN/MAX of that one column
+    (besides COUNT(*)), else None: such states take the one-pass plan below."""
+    cols = {a.col for a in op.aggs if a.col is not None}
+    if (not op.group_by or len(cols) != 1
+            or any(a.col is not None and a.func not in ("MIN", "MAX") for a in op.aggs)):
+        return None
+    col = cols.pop()
+    return None if col in op.group_by else col
+
+
+def _extreme_state_one_pass(op: Aggregate, df: DataFrame, col: int) -> DataFrame:
+    """The state of MIN/MAX over one column in one pass over the input: rows counted per
+    (group, value), then per group the row count, the non-NULL count and the best
+    values with their counts. (The general plan scans the input twice and joins the two
+    results: twice the work for the running example's MAX.)"""
+    groups = [_c(c) for c in op.group_by]
+    counted = df.groupBy(*groups, _c(col)).agg(F.count(F.lit(1)).alias("_m"))
+    present = _c(col).isNotNull()
+    accs: list[Column] = [F.sum("_m").alias("_n")]
+    for i, a in enumerate(op.aggs):
+        if a.col is None:
+            continue
+        accs.append(F.sum(F.when(present, F.col("_m")).otherwise(F.lit(0))).alias(f"_a{i}_n"))
+        picked = F.collect_list(F.when(present, F.struct(_c(col).alias("v"), F.col("_m").alias("m"))))
+        values = F.sort_array(picked, asc=a.func == "MIN")
+        if op.candidates is not None:
+            values = F.slice(values, 1, op.candidates)
+        accs.append(values.alias(f"_a{i}_v"))
+    state = counted.groupBy(*[_c(c).alias(f"_g{j}") for j, c in enumerate(op.group_by)]).agg(*accs)
+    return _positional(state)
 
 
 def _extreme_candidates(df: DataFrame, op: Aggregate,
