@@ -58,7 +58,8 @@ class Executor(FillsMixin, EvictionMixin):
         self.wanted: dict[State, dict[Row, list[Waiter]]] = {}
         self.inflight: dict[int, list[Fill]] = {}  # requester sid -> its fills in flight
         self._wake: float | None = None  # when a timer will next poke the loop
-        self._last_miss: dict[int, float] = {}  # state sid -> when a key was last wanted
+        # state sid -> (first, last) time a key was wanted since its last fill was issued
+        self._miss_times: dict[int, tuple[float, float]] = {}
         self.fills: set[Fill] = set()
         self._touched: set[tuple[State, Row]] = set()
         # Lock-free reads (a seqlock): readers' published rows and the LSN they are exact
