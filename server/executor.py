@@ -248,10 +248,8 @@ class Executor(FillsMixin, EvictionMixin):
                 fill.hold(lsn, fk, ("join", node, pidx, m.delta, self._capture(node, m.side, m.key)))
                 continue
             self.counters["join_misses"] += 1
-            # The update can't be computed: drop it and evict what it could affect. (Holding
-            # it for a pending downstream key instead would defer this delta's own index
-            # update, and later deltas of the same row would then reach that index out of
-            # order.) An evict-on-miss index then fills the key it missed.
+            # The update can't be computed: drop it and evict what it could affect; an
+            # evict-on-miss index then fills the key it missed.
             self._evict_downstream(node, pidx, m.delta[0])
             if side.mode == "miss":
                 self._want(side, fk, None)

@@ -37,7 +37,7 @@ class FillsMixin:
     def _want(self, st: State, fk: Row, waiter: Waiter | None) -> None:
         if fk in st.buckets:
             if waiter is not None:
-                waiter.deliver(fk, st.bucket_rows(fk), self.applied_lsn)
+                self._answer(st, fk, [waiter])
             return
         fill = st.pending.get(fk)
         if fill is not None:
@@ -113,8 +113,7 @@ class FillsMixin:
                 else:
                     pending.append(x)
             if not pending:
-                for w in wanted.pop(fk):
-                    w.deliver(fk, st.bucket_rows(fk) if st.kind == "rows" else [], self.applied_lsn)
+                self._answer(st, fk, wanted.pop(fk))
                 continue
             fill.waiters[fk] = wanted.pop(fk)
             for x in pending:
@@ -175,20 +174,22 @@ class FillsMixin:
             if kind == "rows":
                 for item in items:
                     self._apply_rows(item[1], item[2], lsn)
-            elif kind == "node":
-                self._propagate([(items[0][1], items[0][2], [i[3] for i in items])], lsn)
-            else:
-                captured = {}
-                for i in items:
-                    captured.update(i[4])
-                self._propagate([(items[0][1], items[0][2], [i[3] for i in items])], lsn, captured)
+                continue
+            captured = {k: v for i in items for k, v in i[4].items()} if kind == "join" else None
+            self._propagate([(items[0][1], items[0][2], [i[3] for i in items])], lsn, captured)
         st = fill.requester
         for fk, ws in fill.waiters.items():
-            for w in ws:
-                if fk in st.buckets:
-                    w.deliver(fk, st.bucket_rows(fk) if st.kind == "rows" else [], self.applied_lsn)
-                else:
+            if fk in st.buckets:
+                self._answer(st, fk, ws)
+            else:
+                for w in ws:
                     self._want(st, fk, w)
+
+    def _answer(self, st: State, fk: Row, waiters: list[Waiter]) -> None:
+        """Deliver a filled key's rows to the reads waiting for it, at the applied LSN."""
+        rows = st.bucket_rows(fk) if st.kind == "rows" else []
+        for w in waiters:
+            w.deliver(fk, rows, self.applied_lsn)
 
     def _observe(self, event: str, fields: dict) -> None:
         for fn in self.observers:
