@@ -17,11 +17,17 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from google.protobuf import json_format
 from partialflow.client.errors import InvalidArgument, PartialflowError, error_from_rpc
 from partialflow.proto import partialflow_pb2 as pb
 from partialflow.proto import partialflow_pb2_grpc as pb_grpc
-from partialflow.proto.values import add_rows, decode_batch, decode_rows, fill_batch, make_key
+from partialflow.proto.values import (
+    add_rows,
+    decode_batch,
+    decode_rows,
+    decode_values,
+    fill_batch,
+    make_key,
+)
 
 # Query results can be large (a whole table); gRPC's 4 MiB default would refuse them.
 MAX_MESSAGE_BYTES = 512 * 1024 * 1024
@@ -99,15 +105,49 @@ def _rows_of(msg: Any) -> list[tuple]:
     return rows
 
 
-def _plain(obj: Any) -> Any:
-    """Struct numbers arrive as doubles; give integral ones back as ints."""
-    if isinstance(obj, dict):
-        return {k: _plain(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_plain(v) for v in obj]
-    if isinstance(obj, float) and obj.is_integer():
-        return int(obj)
-    return obj
+def _as_dict(message: Any) -> dict[str, Any]:
+    """A typed answer (StatsResponse, CompactResponse and their parts) as plain Python:
+    every field by its proto name, maps as dicts, unset optional messages left out."""
+    out: dict[str, Any] = {}
+    for field in message.DESCRIPTOR.fields:
+        value = getattr(message, field.name)
+        if field.message_type is None:
+            out[field.name] = list(value) if field.is_repeated else value
+        elif field.message_type.GetOptions().map_entry:
+            entry = field.message_type.fields_by_name["value"]
+            out[field.name] = {
+                k: (_as_dict(v) if entry.message_type is not None else v) for k, v in value.items()
+            }
+        elif field.is_repeated:
+            out[field.name] = (
+                list(decode_values(value)) if field.message_type.name == "Value"
+                else [_as_dict(v) for v in value]
+            )
+        elif field.containing_oneof is None or message.HasField(field.name):
+            # Only `optional` messages (a synthetic oneof) may be absent.
+            out[field.name] = _as_dict(value)
+    return out
+
+
+def _stats_dict(message: pb.StatsResponse) -> dict[str, Any]:
+    """Stats in the shape this client has always returned: the executor's counters at
+    the top level next to the named figures, and no latency figures before the first."""
+    stats = _as_dict(message)
+    counters = stats.pop("counters")
+    stats.update((k, v) for k, v in counters.items() if k not in stats)
+    if not stats["upquery_ms"]["count"]:
+        stats["upquery_ms"] = {}
+    if not stats["memory_limit"]:
+        stats["memory_limit"] = None  # 0 on the wire means no limit
+    return stats
+
+
+def _compact_dict(message: pb.CompactResponse) -> dict[str, Any]:
+    """Compaction figures: the totals at the top level, per table under ``tables``."""
+    report = _as_dict(message)
+    total = report.pop("total", {})
+    total.pop("horizon", None)  # only meaningful per table
+    return {**total, "tables": report["tables"]}
 
 
 class Client:
@@ -282,8 +322,7 @@ class Client:
 
     def stats(self) -> dict:
         """Server statistics: per view counters under ``views``, plus ``lsn``, ``memory_limit``."""
-        struct = self._call(self._stub.Stats, pb.StatsRequest())
-        return _plain(json_format.MessageToDict(struct))
+        return _stats_dict(self._call(self._stub.Stats, pb.StatsRequest()))
 
     def explain(self, view: str) -> tuple[str, str]:
         """The view's dataflow graph as (indented text tree, Graphviz DOT)."""
@@ -299,7 +338,7 @@ class Client:
         request = pb.CompactRequest()
         if table is not None:
             request.table = table
-        return _plain(json_format.MessageToDict(self._call(self._stub.Compact, request)))
+        return _compact_dict(self._call(self._stub.Compact, request))
 
     def load(
         self,

@@ -1,4 +1,3 @@
-from google.protobuf import struct_pb2 as _struct_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
@@ -172,6 +171,176 @@ class StatsRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class ViewStats(_message.Message):
+    __slots__ = ("keys_filled", "hits", "misses", "upqueries", "evictions", "memory_bytes")
+    KEYS_FILLED_FIELD_NUMBER: _ClassVar[int]
+    HITS_FIELD_NUMBER: _ClassVar[int]
+    MISSES_FIELD_NUMBER: _ClassVar[int]
+    UPQUERIES_FIELD_NUMBER: _ClassVar[int]
+    EVICTIONS_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    keys_filled: int
+    hits: int
+    misses: int
+    upqueries: int
+    evictions: int
+    memory_bytes: int
+    def __init__(self, keys_filled: _Optional[int] = ..., hits: _Optional[int] = ..., misses: _Optional[int] = ..., upqueries: _Optional[int] = ..., evictions: _Optional[int] = ..., memory_bytes: _Optional[int] = ...) -> None: ...
+
+class Percentiles(_message.Message):
+    __slots__ = ("p50", "p90", "p99", "count")
+    P50_FIELD_NUMBER: _ClassVar[int]
+    P90_FIELD_NUMBER: _ClassVar[int]
+    P99_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    p50: float
+    p90: float
+    p99: float
+    count: int
+    def __init__(self, p50: _Optional[float] = ..., p90: _Optional[float] = ..., p99: _Optional[float] = ..., count: _Optional[int] = ...) -> None: ...
+
+class StorageStats(_message.Message):
+    __slots__ = ("lsn", "flushed_lsn", "index_lsn", "horizon", "segments", "memtable_rows", "flushes", "compactions", "fsyncs", "wal_bytes", "wal_files", "pinned_snapshots")
+    class HorizonEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    class SegmentsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    LSN_FIELD_NUMBER: _ClassVar[int]
+    FLUSHED_LSN_FIELD_NUMBER: _ClassVar[int]
+    INDEX_LSN_FIELD_NUMBER: _ClassVar[int]
+    HORIZON_FIELD_NUMBER: _ClassVar[int]
+    SEGMENTS_FIELD_NUMBER: _ClassVar[int]
+    MEMTABLE_ROWS_FIELD_NUMBER: _ClassVar[int]
+    FLUSHES_FIELD_NUMBER: _ClassVar[int]
+    COMPACTIONS_FIELD_NUMBER: _ClassVar[int]
+    FSYNCS_FIELD_NUMBER: _ClassVar[int]
+    WAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    WAL_FILES_FIELD_NUMBER: _ClassVar[int]
+    PINNED_SNAPSHOTS_FIELD_NUMBER: _ClassVar[int]
+    lsn: int
+    flushed_lsn: int
+    index_lsn: int
+    horizon: _containers.ScalarMap[str, int]
+    segments: _containers.ScalarMap[str, int]
+    memtable_rows: int
+    flushes: int
+    compactions: int
+    fsyncs: int
+    wal_bytes: int
+    wal_files: int
+    pinned_snapshots: int
+    def __init__(self, lsn: _Optional[int] = ..., flushed_lsn: _Optional[int] = ..., index_lsn: _Optional[int] = ..., horizon: _Optional[_Mapping[str, int]] = ..., segments: _Optional[_Mapping[str, int]] = ..., memtable_rows: _Optional[int] = ..., flushes: _Optional[int] = ..., compactions: _Optional[int] = ..., fsyncs: _Optional[int] = ..., wal_bytes: _Optional[int] = ..., wal_files: _Optional[int] = ..., pinned_snapshots: _Optional[int] = ...) -> None: ...
+
+class WriteStats(_message.Message):
+    __slots__ = ("writes", "rows_inserted", "rows_deleted", "loads", "load_rows")
+    WRITES_FIELD_NUMBER: _ClassVar[int]
+    ROWS_INSERTED_FIELD_NUMBER: _ClassVar[int]
+    ROWS_DELETED_FIELD_NUMBER: _ClassVar[int]
+    LOADS_FIELD_NUMBER: _ClassVar[int]
+    LOAD_ROWS_FIELD_NUMBER: _ClassVar[int]
+    writes: int
+    rows_inserted: int
+    rows_deleted: int
+    loads: int
+    load_rows: int
+    def __init__(self, writes: _Optional[int] = ..., rows_inserted: _Optional[int] = ..., rows_deleted: _Optional[int] = ..., loads: _Optional[int] = ..., load_rows: _Optional[int] = ...) -> None: ...
+
+class VerifierMismatch(_message.Message):
+    __slots__ = ("view", "key", "lsn", "served", "expected")
+    VIEW_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    LSN_FIELD_NUMBER: _ClassVar[int]
+    SERVED_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_FIELD_NUMBER: _ClassVar[int]
+    view: str
+    key: _containers.RepeatedCompositeFieldContainer[Value]
+    lsn: int
+    served: _containers.RepeatedScalarFieldContainer[str]
+    expected: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, view: _Optional[str] = ..., key: _Optional[_Iterable[_Union[Value, _Mapping]]] = ..., lsn: _Optional[int] = ..., served: _Optional[_Iterable[str]] = ..., expected: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class VerifierStats(_message.Message):
+    __slots__ = ("enabled", "sample", "max_per_second", "sampled", "dropped", "checks", "mismatches", "skipped", "errors", "queued", "last_mismatch")
+    ENABLED_FIELD_NUMBER: _ClassVar[int]
+    SAMPLE_FIELD_NUMBER: _ClassVar[int]
+    MAX_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    SAMPLED_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_FIELD_NUMBER: _ClassVar[int]
+    CHECKS_FIELD_NUMBER: _ClassVar[int]
+    MISMATCHES_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    ERRORS_FIELD_NUMBER: _ClassVar[int]
+    QUEUED_FIELD_NUMBER: _ClassVar[int]
+    LAST_MISMATCH_FIELD_NUMBER: _ClassVar[int]
+    enabled: bool
+    sample: float
+    max_per_second: float
+    sampled: int
+    dropped: int
+    checks: int
+    mismatches: int
+    skipped: int
+    errors: int
+    queued: int
+    last_mismatch: VerifierMismatch
+    def __init__(self, enabled: _Optional[bool] = ..., sample: _Optional[float] = ..., max_per_second: _Optional[float] = ..., sampled: _Optional[int] = ..., dropped: _Optional[int] = ..., checks: _Optional[int] = ..., mismatches: _Optional[int] = ..., skipped: _Optional[int] = ..., errors: _Optional[int] = ..., queued: _Optional[int] = ..., last_mismatch: _Optional[_Union[VerifierMismatch, _Mapping]] = ...) -> None: ...
+
+class StatsResponse(_message.Message):
+    __slots__ = ("lsn", "applied_lsn", "memory_limit", "memory_bytes", "partial_bytes", "full_bytes", "views", "upquery_ms", "spark_jobs", "state_anomalies", "counters", "storage", "writes", "verifier")
+    class ViewsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: ViewStats
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[ViewStats, _Mapping]] = ...) -> None: ...
+    class CountersEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    LSN_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_LSN_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PARTIAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    FULL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    VIEWS_FIELD_NUMBER: _ClassVar[int]
+    UPQUERY_MS_FIELD_NUMBER: _ClassVar[int]
+    SPARK_JOBS_FIELD_NUMBER: _ClassVar[int]
+    STATE_ANOMALIES_FIELD_NUMBER: _ClassVar[int]
+    COUNTERS_FIELD_NUMBER: _ClassVar[int]
+    STORAGE_FIELD_NUMBER: _ClassVar[int]
+    WRITES_FIELD_NUMBER: _ClassVar[int]
+    VERIFIER_FIELD_NUMBER: _ClassVar[int]
+    lsn: int
+    applied_lsn: int
+    memory_limit: int
+    memory_bytes: int
+    partial_bytes: int
+    full_bytes: int
+    views: _containers.MessageMap[str, ViewStats]
+    upquery_ms: Percentiles
+    spark_jobs: int
+    state_anomalies: int
+    counters: _containers.ScalarMap[str, int]
+    storage: StorageStats
+    writes: WriteStats
+    verifier: VerifierStats
+    def __init__(self, lsn: _Optional[int] = ..., applied_lsn: _Optional[int] = ..., memory_limit: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., partial_bytes: _Optional[int] = ..., full_bytes: _Optional[int] = ..., views: _Optional[_Mapping[str, ViewStats]] = ..., upquery_ms: _Optional[_Union[Percentiles, _Mapping]] = ..., spark_jobs: _Optional[int] = ..., state_anomalies: _Optional[int] = ..., counters: _Optional[_Mapping[str, int]] = ..., storage: _Optional[_Union[StorageStats, _Mapping]] = ..., writes: _Optional[_Union[WriteStats, _Mapping]] = ..., verifier: _Optional[_Union[VerifierStats, _Mapping]] = ...) -> None: ...
+
 class ExplainRequest(_message.Message):
     __slots__ = ("view",)
     VIEW_FIELD_NUMBER: _ClassVar[int]
@@ -201,6 +370,37 @@ class CompactRequest(_message.Message):
     TABLE_FIELD_NUMBER: _ClassVar[int]
     table: str
     def __init__(self, table: _Optional[str] = ...) -> None: ...
+
+class CompactFigures(_message.Message):
+    __slots__ = ("segments_before", "segments_after", "rows_before", "rows_after", "horizon", "seconds")
+    SEGMENTS_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    SEGMENTS_AFTER_FIELD_NUMBER: _ClassVar[int]
+    ROWS_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    ROWS_AFTER_FIELD_NUMBER: _ClassVar[int]
+    HORIZON_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
+    segments_before: int
+    segments_after: int
+    rows_before: int
+    rows_after: int
+    horizon: int
+    seconds: float
+    def __init__(self, segments_before: _Optional[int] = ..., segments_after: _Optional[int] = ..., rows_before: _Optional[int] = ..., rows_after: _Optional[int] = ..., horizon: _Optional[int] = ..., seconds: _Optional[float] = ...) -> None: ...
+
+class CompactResponse(_message.Message):
+    __slots__ = ("total", "tables")
+    class TablesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: CompactFigures
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[CompactFigures, _Mapping]] = ...) -> None: ...
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    TABLES_FIELD_NUMBER: _ClassVar[int]
+    total: CompactFigures
+    tables: _containers.MessageMap[str, CompactFigures]
+    def __init__(self, total: _Optional[_Union[CompactFigures, _Mapping]] = ..., tables: _Optional[_Mapping[str, CompactFigures]] = ...) -> None: ...
 
 class LoadRequest(_message.Message):
     __slots__ = ("table", "path", "format", "header", "force", "options")

@@ -3,7 +3,6 @@
 import grpc
 import warnings
 
-from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from partialflow.proto import partialflow_pb2 as partialflow_dot_proto_dot_partialflow__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
@@ -63,7 +62,7 @@ class PartialflowStub:
         self.Stats = channel.unary_unary(
                 '/partialflow.v1.Partialflow/Stats',
                 request_serializer=partialflow_dot_proto_dot_partialflow__pb2.StatsRequest.SerializeToString,
-                response_deserializer=google_dot_protobuf_dot_struct__pb2.Struct.FromString,
+                response_deserializer=partialflow_dot_proto_dot_partialflow__pb2.StatsResponse.FromString,
                 _registered_method=True)
         self.Explain = channel.unary_unary(
                 '/partialflow.v1.Partialflow/Explain',
@@ -78,7 +77,7 @@ class PartialflowStub:
         self.Compact = channel.unary_unary(
                 '/partialflow.v1.Partialflow/Compact',
                 request_serializer=partialflow_dot_proto_dot_partialflow__pb2.CompactRequest.SerializeToString,
-                response_deserializer=google_dot_protobuf_dot_struct__pb2.Struct.FromString,
+                response_deserializer=partialflow_dot_proto_dot_partialflow__pb2.CompactResponse.FromString,
                 _registered_method=True)
         self.Load = channel.unary_stream(
                 '/partialflow.v1.Partialflow/Load',
@@ -194,7 +193,7 @@ def add_PartialflowServicer_to_server(servicer, server):
             'Stats': grpc.unary_unary_rpc_method_handler(
                     servicer.Stats,
                     request_deserializer=partialflow_dot_proto_dot_partialflow__pb2.StatsRequest.FromString,
-                    response_serializer=google_dot_protobuf_dot_struct__pb2.Struct.SerializeToString,
+                    response_serializer=partialflow_dot_proto_dot_partialflow__pb2.StatsResponse.SerializeToString,
             ),
             'Explain': grpc.unary_unary_rpc_method_handler(
                     servicer.Explain,
@@ -209,7 +208,7 @@ def add_PartialflowServicer_to_server(servicer, server):
             'Compact': grpc.unary_unary_rpc_method_handler(
                     servicer.Compact,
                     request_deserializer=partialflow_dot_proto_dot_partialflow__pb2.CompactRequest.FromString,
-                    response_serializer=google_dot_protobuf_dot_struct__pb2.Struct.SerializeToString,
+                    response_serializer=partialflow_dot_proto_dot_partialflow__pb2.CompactResponse.SerializeToString,
             ),
             'Load': grpc.unary_stream_rpc_method_handler(
                     servicer.Load,
@@ -383,7 +382,7 @@ class Partialflow:
             target,
             '/partialflow.v1.Partialflow/Stats',
             partialflow_dot_proto_dot_partialflow__pb2.StatsRequest.SerializeToString,
-            google_dot_protobuf_dot_struct__pb2.Struct.FromString,
+            partialflow_dot_proto_dot_partialflow__pb2.StatsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -464,7 +463,7 @@ class Partialflow:
             target,
             '/partialflow.v1.Partialflow/Compact',
             partialflow_dot_proto_dot_partialflow__pb2.CompactRequest.SerializeToString,
-            google_dot_protobuf_dot_struct__pb2.Struct.FromString,
+            partialflow_dot_proto_dot_partialflow__pb2.CompactResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -12,10 +12,10 @@ from collections.abc import Callable
 from typing import Any
 
 import grpc
-from google.protobuf import struct_pb2
 from partialflow.proto import partialflow_pb2 as pb
 from partialflow.proto import partialflow_pb2_grpc as pb_grpc
 from partialflow.proto.values import add_rows, decode_batch, decode_rows, decode_values, fill_batch
+from partialflow.server.answers import compact_message, stats_message
 from partialflow.server.engine import Engine, ResultSet
 from partialflow.server.errors import InvalidArgument, PartialflowError
 
@@ -61,24 +61,6 @@ def _rpc_stream(method: Callable[..., Any]) -> Callable[..., Any]:
             )
 
     return handler
-
-
-def _jsonable(obj: Any) -> Any:
-    """Stats and compaction reports as values a protobuf Struct can hold."""
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple, set, frozenset)):
-        return [_jsonable(v) for v in obj]
-    if obj is None or isinstance(obj, (bool, int, float, str)):
-        return obj
-    return str(obj)
-
-
-def to_struct(data: dict) -> struct_pb2.Struct:
-    """A dict as a ``google.protobuf.Struct`` (numbers become doubles on the wire)."""
-    struct = struct_pb2.Struct()
-    struct.update(_jsonable(data))
-    return struct
 
 
 def put_rows(message: Any, rows: list[tuple], columnar: bool) -> None:
@@ -155,8 +137,8 @@ class PartialflowServicer(pb_grpc.PartialflowServicer):
         return pb.EvictResponse(evicted=self.engine.evict(request.view, key))
 
     @_rpc
-    def Stats(self, request: pb.StatsRequest, context: grpc.ServicerContext) -> struct_pb2.Struct:
-        return to_struct(self.engine.stats())
+    def Stats(self, request: pb.StatsRequest, context: grpc.ServicerContext) -> pb.StatsResponse:
+        return stats_message(self.engine.stats())
 
     @_rpc
     def Explain(
@@ -172,9 +154,9 @@ class PartialflowServicer(pb_grpc.PartialflowServicer):
     @_rpc
     def Compact(
         self, request: pb.CompactRequest, context: grpc.ServicerContext
-    ) -> struct_pb2.Struct:
+    ) -> pb.CompactResponse:
         table = request.table if request.HasField("table") else None
-        return to_struct(self.engine.compact(table))
+        return compact_message(self.engine.compact(table))
 
     @_rpc_stream
     def Load(self, request: pb.LoadRequest, context: grpc.ServicerContext) -> Any:

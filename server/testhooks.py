@@ -19,7 +19,7 @@ from typing import Any
 import grpc
 from google.protobuf import json_format, struct_pb2
 from partialflow.server.errors import FailedPrecondition, InvalidArgument
-from partialflow.server.service import _rpc, to_struct
+from partialflow.server.service import _rpc
 
 SERVICE = "partialflow.testing.v1.TestHooks"
 ENV = "PARTIALFLOW_TEST_HOOKS"
@@ -35,6 +35,13 @@ def _plain(value: Any) -> Any:
     if isinstance(value, float) and value.is_integer():
         return int(value)
     return value
+
+
+def to_struct(data: dict[str, Any]) -> struct_pb2.Struct:
+    """A flat dict of JSON values as a Struct (the hooks' answers are one or two fields)."""
+    struct = struct_pb2.Struct()
+    struct.update(data)
+    return struct
 
 
 class TestHooks:

@@ -16,6 +16,8 @@ from partialflow.client import (
     ResourceExhausted,
     Unavailable,
 )
+from partialflow.proto import partialflow_pb2 as pb
+from partialflow.proto import partialflow_pb2_grpc as pb_grpc
 from partialflow.server import errors
 from partialflow.server.config import Config
 from partialflow.server.engine import ResultSet
@@ -67,15 +69,25 @@ class FakeEngine:
 
     def compact(self, table=None):
         self._record("compact", table)
-        return {"tables": {table or "all": {"segments_before": 4, "segments_after": 1}}}
+        return {
+            "segments_before": 4,
+            "segments_after": 1,
+            "seconds": 0.25,
+            "tables": {table or "all": {"segments_before": 4, "segments_after": 1, "horizon": 9}},
+        }
 
     def stats(self):
         self._record("stats")
         return {
-            "views": {"v": {"keys_filled": 2, "hits": 5, "memory_bytes": 1024, "ratio": 0.5}},
-            "lsn": self.lsn,
+            "views": {"v": {"keys_filled": 2, "hits": 5, "memory_bytes": 1024}},
+            "lsn": 2**53 + 1,  # a double would round this to 2**53
             "memory_limit": None,
-            "weird": (1, 2),
+            "upquery_ms": {"p50": 1.5, "p90": 2.0, "p99": 7.25, "count": 3},
+            "join_misses": 4,  # an executor counter
+            "storage": {"lsn": 2**53 + 1, "segments": {"t": 3}},
+            "verifier": {"enabled": True, "sample": 0.5, "checks": 2,
+                         "last_mismatch": {"view": "v", "key": ["Fruit", 3], "lsn": 7,
+                                           "served": ["(1,)"], "expected": []}},
         }
 
     def close(self):
@@ -189,19 +201,38 @@ def test_evict_with_and_without_key(client, fake):
     assert fake[0].calls[-1] == ("evict", "v", None)
 
 
-def test_stats_give_ints_back_as_ints(client):
+def test_stats_are_typed_and_exact(client):
     stats = client.stats()
     view = stats["views"]["v"]
     assert view["keys_filled"] == 2 and isinstance(view["keys_filled"], int)
-    assert view["ratio"] == 0.5
-    assert stats["memory_limit"] is None
-    assert stats["weird"] == [1, 2]
+    assert view["misses"] == 0  # every per-view counter is there, unset ones as 0
+    assert stats["lsn"] == 2**53 + 1 and stats["storage"]["lsn"] == 2**53 + 1
+    assert stats["storage"]["segments"] == {"t": 3}
+    assert stats["memory_limit"] is None  # no limit, as before the typed answer
+    assert stats["upquery_ms"] == {"p50": 1.5, "p90": 2.0, "p99": 7.25, "count": 3}
+    assert stats["join_misses"] == 4
+    assert stats["verifier"]["checks"] == 2
+    assert stats["verifier"]["last_mismatch"]["key"] == ["Fruit", 3]
+
+
+def test_stats_on_the_wire_are_int64_not_doubles(fake):
+    # What a non-Python client sees: the raw typed message, no Struct doubles.
+    with grpc.insecure_channel(fake[1]) as channel:
+        stub = pb_grpc.PartialflowStub(channel)
+        reply = stub.Stats(pb.StatsRequest(), timeout=10)
+    assert isinstance(reply, pb.StatsResponse)
+    assert reply.lsn == 2**53 + 1
+    assert reply.counters["join_misses"] == 4
+    assert reply.views["v"].hits == 5
+    assert reply.upquery_ms.count == 3 and reply.upquery_ms.p99 == 7.25
 
 
 def test_explain_flush_compact_ping(client, fake):
     assert client.explain("v") == ("γ count", "digraph {}")
     assert client.flush() == fake[0].lsn
-    assert client.compact("t") == {"tables": {"t": {"segments_before": 4, "segments_after": 1}}}
+    report = client.compact("t")
+    assert report["segments_before"] == 4 and report["seconds"] == 0.25
+    assert report["tables"]["t"]["segments_after"] == 1 and report["tables"]["t"]["horizon"] == 9
     assert fake[0].calls[-1] == ("compact", "t")
     client.compact()
     assert fake[0].calls[-1] == ("compact", None)

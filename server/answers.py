@@ -1,0 +1,70 @@
+"""The engine's statistics and compaction reports as typed wire messages.
+
+The engine reports plain dicts (also read by the metrics collector and the tests); this
+module is the one place that maps them onto ``StatsResponse`` and ``CompactResponse``.
+Every counter travels as an int64, so LSNs and byte counts stay exact in any client
+(a ``google.protobuf.Struct`` would have made each of them a double).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from partialflow.proto import partialflow_pb2 as pb
+from partialflow.proto.values import set_value
+
+# Top-level keys of ``Engine.stats()`` that have a field of their own; every other
+# integral top-level figure is an executor counter and goes to ``counters``.
+_OWN_FIELDS = frozenset(pb.StatsResponse.DESCRIPTOR.fields_by_name) - {"counters"}
+
+
+def _scalars(message: Any, data: Mapping[str, Any]) -> None:
+    """Copy the keys of ``data`` that name scalar fields of ``message``."""
+    fields = message.DESCRIPTOR.fields_by_name
+    for name, value in data.items():
+        field = fields.get(name)
+        if field is None or field.message_type is not None or value is None:
+            continue
+        if field.is_repeated:
+            getattr(message, name).extend(value)
+        else:
+            setattr(message, name, value)
+
+
+def stats_message(stats: Mapping[str, Any]) -> pb.StatsResponse:
+    """``Engine.stats()`` as a ``StatsResponse``."""
+    out = pb.StatsResponse()
+    _scalars(out, {k: v for k, v in stats.items() if k in _OWN_FIELDS})
+    for name, figures in (stats.get("views") or {}).items():
+        _scalars(out.views[name], figures)
+    _scalars(out.upquery_ms, stats.get("upquery_ms") or {})
+    storage = stats.get("storage") or {}
+    _scalars(out.storage, storage)
+    for table, horizon in (storage.get("horizon") or {}).items():
+        out.storage.horizon[table] = horizon
+    for table, count in (storage.get("segments") or {}).items():
+        out.storage.segments[table] = count
+    _scalars(out.writes, stats.get("writes") or {})
+    verifier = stats.get("verifier")
+    if verifier is not None:
+        _scalars(out.verifier, verifier)
+        last = verifier.get("last_mismatch")
+        if last is not None:
+            _scalars(out.verifier.last_mismatch, {k: v for k, v in last.items() if k != "key"})
+            for value in last.get("key") or ():
+                set_value(out.verifier.last_mismatch.key.add(), value, lenient=True)
+    for name, value in stats.items():
+        # bool is an int too, but no counter is a flag; floats are not counters.
+        if name not in _OWN_FIELDS and type(value) is int:
+            out.counters[name] = value
+    return out
+
+
+def compact_message(report: Mapping[str, Any]) -> pb.CompactResponse:
+    """``Engine.compact()``'s report as a ``CompactResponse``."""
+    out = pb.CompactResponse()
+    _scalars(out.total, report)
+    for table, figures in (report.get("tables") or {}).items():
+        _scalars(out.tables[table], figures)
+    return out
