@@ -14,8 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_health.v1 import health_pb2
 from partialflow.proto import partialflow_pb2_grpc as pb_grpc
 from partialflow.server.auth import TokenAuthInterceptor, server_credentials
 from partialflow.server.config import Config
@@ -24,6 +23,7 @@ from partialflow.server.errors import PartialflowError, Unavailable
 from partialflow.server.logs import setup_logging
 from partialflow.server.metrics import Metrics
 from partialflow.server.service import SERVICE_NAME, PartialflowServicer
+from partialflow.server.standard import HealthServicer, add_health, add_reflection
 from partialflow.server.testhooks import add_test_hooks
 
 log = logging.getLogger(__name__)
@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 @dataclass
 class _Wiring:
     engine: Engine
-    health: health.HealthServicer
+    health: HealthServicer
     owns_engine: bool
     metrics: Metrics | None = None
     metrics_port: int | None = None
@@ -99,10 +99,8 @@ def create_server(
             engine = Engine(config, spark)
         pb_grpc.add_PartialflowServicer_to_server(PartialflowServicer(engine), server)
         add_test_hooks(server, engine)  # refuses every call unless PARTIALFLOW_TEST_HOOKS=1
-        checker = health.HealthServicer(experimental_non_blocking=True)
-        health_pb2_grpc.add_HealthServicer_to_server(checker, server)
-        services = (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name)
-        reflection.enable_server_reflection((*services, reflection.SERVICE_NAME), server)
+        checker = add_health(server)
+        add_reflection(server, (SERVICE_NAME,))
         if config.metrics_port is not None:
             metrics = Metrics(engine)
             metrics_port = metrics.serve(
@@ -166,6 +164,15 @@ def serve(config: Config) -> int:
     except PartialflowError as err:  # a taken port, an unreadable data dir: one line, exit 1
         print(f"error: {err}", file=sys.stderr, flush=True)
         return 1
+    except KeyboardInterrupt:
+        # PySpark's SparkContext replaces the SIGINT handler with one that raises
+        # KeyboardInterrupt; a Ctrl-C in that window ends start-up here (create_server
+        # has closed what it opened).
+        log.info("interrupted during start-up")
+        return 0
+    # ...and that handler stays installed: put ours back so Ctrl-C shuts down as cleanly
+    # as SIGTERM instead of raising in whatever the main thread is doing.
+    signal.signal(signal.SIGINT, on_signal)
     spark = engine_of(server).spark
     if not stop.is_set():  # a signal during start-up: stop without ever serving
         server.start()
