@@ -7,12 +7,30 @@ Spark master works, including a cluster or Spark Connect (``sc://``).
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
+import time
 
+from partialflow.server.errors import Unavailable
 from pyspark.sql import SparkSession
 
+log = logging.getLogger(__name__)
 _lock = threading.Lock()
+
+# A JVM that fails to start has been seen as JAVA_GATEWAY_EXITED on a busy machine (the
+# gateway's start-up outran its timeout); a second try usually works.
+GATEWAY_ATTEMPTS = 3
+_GATEWAY_BACKOFF = 2.0  # seconds before the second try, doubled after each failure
+
+
+def _gateway_exited(err: BaseException) -> bool:
+    condition = getattr(err, "getCondition", None) or getattr(err, "getErrorClass", None)
+    try:
+        name = condition() if condition else None
+    except Exception:  # noqa: BLE001 - an error without a class is simply not this one
+        name = None
+    return name == "JAVA_GATEWAY_EXITED" or "JAVA_GATEWAY_EXITED" in str(err)
 
 
 def spark_session(master: str = "local[2]", *, app_name: str = "partialflow") -> SparkSession:
@@ -40,7 +58,35 @@ def spark_session(master: str = "local[2]", *, app_name: str = "partialflow") ->
             .config("spark.sql.adaptive.enabled", "false")
             .config("spark.driver.memory", os.environ.get("PARTIALFLOW_SPARK_DRIVER_MEMORY", "2g"))
         )
-        session = builder.getOrCreate()
+        session = _start(builder)
         if not master.startswith("sc://"):
             session.sparkContext.setLogLevel("ERROR")
         return session
+
+
+def _start(builder: SparkSession.Builder) -> SparkSession:
+    """``builder.getOrCreate()``, retried when the Java gateway exits during start-up;
+    after the last try, Unavailable with one line that says what to check."""
+    delay = _GATEWAY_BACKOFF
+    for attempt in range(1, GATEWAY_ATTEMPTS + 1):
+        try:
+            return builder.getOrCreate()
+        except Exception as err:
+            if not _gateway_exited(err):
+                raise
+            if attempt == GATEWAY_ATTEMPTS:
+                break
+            log.warning(
+                "Spark's Java gateway exited during start-up (attempt %d of %d); retrying in %.0f s",
+                attempt,
+                GATEWAY_ATTEMPTS,
+                delay,
+            )
+            time.sleep(delay)
+            delay *= 2
+    raise Unavailable(
+        f"Spark did not start: its Java gateway exited {GATEWAY_ATTEMPTS} times "
+        "(JAVA_GATEWAY_EXITED). Check that `java -version` runs Java 17 (or set JAVA_HOME), "
+        "that there is memory for the driver (PARTIALFLOW_SPARK_DRIVER_MEMORY, default 2g), "
+        "and the Java errors printed above"
+    )

@@ -142,17 +142,18 @@ class ServerProcess:
             pass
         self.proc.wait()
 
-    def terminate(self, timeout: float = 60.0) -> int:
-        """SIGTERM the server (not its JVM: shutting that down is the server's job); returns
-        its exit status. Anything of the group still alive afterwards is killed."""
+    def terminate(self, timeout: float = 60.0, sig: int = signal.SIGTERM) -> int:
+        """SIGTERM (or ``sig``) the server, not its JVM: shutting that down is the server's
+        job; returns its exit status. Anything of the group still alive afterwards is
+        killed."""
         assert self.proc is not None
-        self.proc.send_signal(signal.SIGTERM)
+        self.proc.send_signal(sig)
         try:
             code = self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.kill()
             raise TimeoutError(
-                f"server ignored SIGTERM for {timeout}s:\n{self.log_tail()}"
+                f"server ignored {signal.Signals(sig).name} for {timeout}s:\n{self.log_tail()}"
             ) from None
         self._reap_group()
         return code
