@@ -36,6 +36,12 @@ class FailedPrecondition(PartialflowError):
     code = grpc.StatusCode.FAILED_PRECONDITION
 
 
+class OutOfRange(PartialflowError):
+    """E.g. ``min_lsn`` beyond the server's last acknowledged write."""
+
+    code = grpc.StatusCode.OUT_OF_RANGE
+
+
 class Unavailable(PartialflowError):
     code = grpc.StatusCode.UNAVAILABLE
 
@@ -59,6 +65,7 @@ _BY_CODE: dict[grpc.StatusCode, type[PartialflowError]] = {
         NotFound,
         AlreadyExists,
         FailedPrecondition,
+        OutOfRange,
         Unavailable,
         DeadlineExceeded,
         ResourceExhausted,

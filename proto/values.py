@@ -16,8 +16,16 @@ from typing import Any
 
 from partialflow.proto import partialflow_pb2 as pb
 
-# A Value whose oneof is unset is read as NULL too (robust to other writers).
-_NULL_KINDS = frozenset((None, "null_value"))
+
+class WireError(ValueError):
+    """A malformed message: the text names the field, e.g. ``inserts[3].values[0]: ...``.
+
+    The server answers it with INVALID_ARGUMENT; the client library, which decodes with the
+    same functions, raises it for a malformed answer.
+    """
+
+
+UNSET_VALUE = "Value has no kind set (use null_value for NULL)"
 
 
 def _set_slow(target: pb.Value, v: Any, lenient: bool) -> None:
@@ -86,27 +94,57 @@ def make_key(key: Sequence[Any]) -> pb.Key:
     return fill_key(pb.Key(), key)
 
 
-def decode_value(v: pb.Value) -> Any:
-    """The Python value held by one ``Value`` message."""
+def _first_unset(values: Iterable[pb.Value], field: str) -> WireError:
+    """The error for the first Value without a kind (called once a fast decode failed)."""
+    for j, v in enumerate(values):
+        if v.WhichOneof("kind") is None:
+            return WireError(f"{field}[{j}]: {UNSET_VALUE}")
+    return WireError(f"{field}: malformed values")  # not reached: only unset kinds fail
+
+
+def decode_value(v: pb.Value, field: str = "value") -> Any:
+    """The Python value held by one ``Value`` message (WireError if its kind is unset)."""
     kind = v.WhichOneof("kind")
-    return None if kind in _NULL_KINDS else getattr(v, kind)
+    if kind is None:
+        raise WireError(f"{field}: {UNSET_VALUE}")
+    return None if kind == "null_value" else getattr(v, kind)
 
 
-def decode_values(values: Iterable[pb.Value]) -> tuple:
-    """The tuple of Python values held by a ``Row``'s or ``Key``'s ``values``."""
+# The decoders below are per cell, so they stay one comprehension: an unset kind makes
+# ``getattr(v, None)`` raise TypeError, and only then is the offending value looked for.
+
+
+def decode_values(values: Iterable[pb.Value], field: str = "values") -> tuple:
+    """The tuple of Python values held by a ``Row``'s or ``Key``'s ``values``; WireError
+    names ``field[j]`` for a Value whose kind is unset."""
     ga = getattr
-    nulls = _NULL_KINDS
-    return tuple([None if (k := v.WhichOneof("kind")) in nulls else ga(v, k) for v in values])
+    try:
+        return tuple(
+            [None if (k := v.WhichOneof("kind")) == "null_value" else ga(v, k) for v in values]
+        )
+    except TypeError:
+        raise _first_unset(values, field) from None
 
 
-def decode_rows(rows: Iterable[pb.Row]) -> list[tuple]:
-    """Rows (``Row`` or ``Key`` messages) as a list of tuples."""
+def decode_rows(rows: Sequence[pb.Row], field: str = "rows") -> list[tuple]:
+    """Rows (``Row`` or ``Key`` messages) as a list of tuples; WireError names
+    ``field[i].values[j]`` for a Value whose kind is unset."""
     ga = getattr
-    nulls = _NULL_KINDS
-    return [
-        tuple([None if (k := v.WhichOneof("kind")) in nulls else ga(v, k) for v in r.values])
-        for r in rows
-    ]
+    try:
+        return [
+            tuple(
+                [
+                    None if (k := v.WhichOneof("kind")) == "null_value" else ga(v, k)
+                    for v in r.values
+                ]
+            )
+            for r in rows
+        ]
+    except TypeError:
+        for i, r in enumerate(rows):
+            if any(v.WhichOneof("kind") is None for v in r.values):
+                raise _first_unset(r.values, f"{field}[{i}].values") from None
+        raise
 
 
 # -- columnar batches --------------------------------------------------------------------
@@ -172,21 +210,83 @@ def fill_batch(batch: pb.RowBatch, rows: Sequence[Sequence[Any]], *, lenient: bo
     return True
 
 
-def _decode_column(column: pb.Column, num_rows: int) -> list[Any]:
-    if column.kind == pb.Column.MIXED:
-        return [decode_value(v) for v in column.values]
-    values = list(getattr(column, _LIST_OF_KIND[column.kind]))
-    if column.nulls:
-        it = iter(values)
-        nulls = set(column.nulls)
-        values = [None if i in nulls else next(it) for i in range(num_rows)]
-    if len(values) != num_rows:
-        raise ValueError(f"malformed batch: a column has {len(values)} values for {num_rows} rows")
-    return values
+_LISTS = ("ints", "doubles", "strings", "bools", "values")
+_NAMES_OF_KIND = {k: pb.Column.Kind.Name(k) for k in _LIST_OF_KIND}
+_KIND_OF_LIST = {name: _NAMES_OF_KIND[k] for k, name in _LIST_OF_KIND.items()}
 
 
-def decode_batch(batch: pb.RowBatch) -> list[tuple]:
-    """The rows held by a ``RowBatch``, as a list of tuples."""
+def _check_nulls(column: pb.Column, num_rows: int, field: str) -> None:
+    nulls = column.nulls
+    if max(nulls) >= num_rows:
+        i = next(i for i, r in enumerate(nulls) if r >= num_rows)
+        raise WireError(f"{field}.nulls[{i}]: row {nulls[i]} is out of range for {num_rows} rows")
+    if len(set(nulls)) != len(nulls):
+        seen: set[int] = set()
+        for i, r in enumerate(nulls):
+            if r in seen:
+                raise WireError(f"{field}.nulls[{i}]: row {r} is listed twice")
+            seen.add(r)
+
+
+def _decode_column(column: pb.Column, num_rows: int, field: str) -> list[Any]:
+    """One column's values, row by row. Checked by list lengths, never per cell, except
+    for the per-Value kind check of MIXED columns."""
+    kind = column.kind
+    if kind == pb.Column.MIXED:
+        for name in _LISTS[:-1]:
+            if len(getattr(column, name)):
+                raise WireError(
+                    f"{field}: kind is MIXED (0, also when unset) but its values are in "
+                    f"`{name}`; set kind to {_KIND_OF_LIST[name]}, or send one Value per row "
+                    "in `values`"
+                )
+        if len(column.nulls):
+            raise WireError(
+                f"{field}: `nulls` is for typed kinds; a MIXED column sends NULL as a Value "
+                "with null_value"
+            )
+        values = column.values
+        if len(values) != num_rows:
+            raise WireError(f"{field}: {len(values)} value(s) for {num_rows} rows")
+        return list(decode_values(values, f"{field}.values"))
+    name = _LIST_OF_KIND.get(kind)
+    if name is None:
+        raise WireError(f"{field}: unknown kind {kind}")
+    for other in _LISTS:
+        if other != name and len(getattr(column, other)):
+            raise WireError(
+                f"{field}: kind is {_NAMES_OF_KIND[kind]} but values are in `{other}`; "
+                f"that kind sends its values in `{name}`"
+            )
+    values = list(getattr(column, name))
+    nulls = column.nulls
+    if not nulls:
+        if len(values) != num_rows:
+            raise WireError(f"{field}: {len(values)} value(s) for {num_rows} rows")
+        return values
+    if len(values) + len(nulls) != num_rows:
+        raise WireError(
+            f"{field}: {len(values)} value(s) and {len(nulls)} null(s) for {num_rows} rows"
+        )
+    _check_nulls(column, num_rows, field)
+    out: list[Any] = [None] * num_rows
+    present = sorted(set(range(num_rows)).difference(nulls))
+    for i, v in zip(present, values):
+        out[i] = v
+    return out
+
+
+def decode_batch(batch: pb.RowBatch, field: str = "batch") -> list[tuple]:
+    """The rows held by a ``RowBatch``, as a list of tuples. A malformed batch raises
+    WireError naming ``field.columns[j]``: every column must hold exactly ``num_rows``
+    values, in the list its kind names (typed kinds: non-NULL values plus ``nulls``
+    positions, each in range and listed once; MIXED: one Value per row)."""
+    num_rows = batch.num_rows
     if not batch.columns:
-        return [()] * batch.num_rows
-    return list(zip(*[_decode_column(c, batch.num_rows) for c in batch.columns]))
+        if num_rows:
+            raise WireError(f"{field}: num_rows is {num_rows} but the batch has no columns")
+        return []
+    columns = [
+        _decode_column(c, num_rows, f"{field}.columns[{j}]") for j, c in enumerate(batch.columns)
+    ]
+    return list(zip(*columns))

@@ -22,7 +22,13 @@ import sqlglot.errors
 import sqlglot.expressions as exp
 from partialflow.server.bulk import BulkLoader, Progress
 from partialflow.server.config import Config
-from partialflow.server.errors import AlreadyExists, InvalidArgument, NotFound, Unavailable
+from partialflow.server.errors import (
+    AlreadyExists,
+    InvalidArgument,
+    NotFound,
+    OutOfRange,
+    Unavailable,
+)
 from partialflow.server.storage import Column, Storage, TableSchema, normalize_type
 from partialflow.server.verifier import Verifier, attach_verifier
 
@@ -376,7 +382,15 @@ class Engine:
         inserts: Sequence[Sequence[Any]] = (),
         deletes: Sequence[Sequence[Any]] = (),
     ) -> int:
-        """One atomic, durable write; returns its LSN."""
+        """One atomic, durable write; returns its LSN. A write without rows is refused
+        (InvalidArgument) and uses no LSN."""
+        if not inserts and not deletes:
+            raise InvalidArgument(f"write to {table}: a write needs at least one row")
+        return self._write(table, inserts, deletes)
+
+    def _write(
+        self, table: str, inserts: Sequence[Sequence[Any]], deletes: Sequence[Sequence[Any]]
+    ) -> int:
         lsn = self.storage.write(table, inserts=inserts, deletes=deletes)
         with self._writes_lock:
             self._writes["writes"] += 1
@@ -415,7 +429,8 @@ class Engine:
             yield event
 
     def _load_write(self, table: str, rows: list[tuple]) -> int:
-        return self.write(table, inserts=rows)
+        # An empty file still loads as one (empty) write: its LSN records the load.
+        return self._write(table, rows, ())
 
     def insert(self, table: str, rows: Sequence[Sequence[Any]]) -> int:
         """Insert rows atomically; returns the LSN."""
@@ -452,7 +467,18 @@ class Engine:
     def lookup(
         self, view: str, keys: list[tuple], *, min_lsn: int | None, timeout: float | None
     ) -> tuple[list[str], list[tuple[list[tuple], int]]]:
-        """The view's columns and, per key, its rows and the LSN they are exact at."""
+        """The view's columns and, per key, its rows and the LSN they are exact at.
+
+        A ``min_lsn`` beyond the last acknowledged write is refused at once (OutOfRange):
+        no wait could reach it, as every LSN a client holds is at most that one."""
+        if min_lsn is not None:
+            if min_lsn < 0:
+                raise InvalidArgument(f"min_lsn must not be negative, got {min_lsn}")
+            last = self.storage.last_lsn
+            if min_lsn > last:
+                raise OutOfRange(
+                    f"min_lsn {min_lsn} is beyond the last acknowledged write (LSN {last})"
+                )
         limit = self.config.upquery_timeout
         timeout = limit if timeout is None else max(0.0, min(timeout, limit))
         return self._views().lookup(view, keys, min_lsn=min_lsn, timeout=timeout)

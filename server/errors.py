@@ -27,6 +27,12 @@ class AlreadyExists(PartialflowError):
     code = grpc.StatusCode.ALREADY_EXISTS
 
 
+class OutOfRange(PartialflowError):
+    """E.g. a ``min_lsn`` beyond the last acknowledged write: waiting could not help."""
+
+    code = grpc.StatusCode.OUT_OF_RANGE
+
+
 class FailedPrecondition(PartialflowError):
     """The request is well formed but the server's state refuses it (e.g. as_of too old)."""
 

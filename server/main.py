@@ -15,14 +15,13 @@ from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2
-from partialflow.proto import partialflow_pb2_grpc as pb_grpc
 from partialflow.server.auth import TokenAuthInterceptor, server_credentials
 from partialflow.server.config import Config
 from partialflow.server.engine import Engine
 from partialflow.server.errors import PartialflowError, Unavailable
 from partialflow.server.logs import setup_logging
 from partialflow.server.metrics import Metrics
-from partialflow.server.service import SERVICE_NAME, PartialflowServicer
+from partialflow.server.service import SERVICE_NAME, PartialflowServicer, add_to_server
 from partialflow.server.standard import HealthServicer, add_health, add_reflection
 from partialflow.server.testhooks import add_test_hooks
 
@@ -97,7 +96,7 @@ def create_server(
 
                 spark = spark_session(config.spark_master)
             engine = Engine(config, spark)
-        pb_grpc.add_PartialflowServicer_to_server(PartialflowServicer(engine), server)
+        add_to_server(PartialflowServicer(engine), server)
         add_test_hooks(server, engine)  # refuses every call unless PARTIALFLOW_TEST_HOOKS=1
         checker = add_health(server)
         add_reflection(server, (SERVICE_NAME,))

@@ -2,6 +2,13 @@
 
 Domain errors become gRPC statuses in exactly one place, the ``_rpc`` wrapper; anything
 else is a bug and answers INTERNAL with its traceback in the server log.
+
+Every request is checked before the engine sees it: bytes that do not parse, a RowBatch
+whose columns do not hold exactly ``num_rows`` values, a Value with no kind set, ... are
+refused with INVALID_ARGUMENT naming the field (``insert_batch.columns[1]: ...``,
+``inserts[3].values[0]: ...``), so nothing is written and no LSN is used. Register the
+service with ``add_to_server``, which installs the parser that turns unparseable bytes
+into that answer too (gRPC's own would answer INTERNAL).
 """
 
 from __future__ import annotations
@@ -10,11 +17,20 @@ import functools
 import logging
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlparse
 
 import grpc
+from google.protobuf import message_factory
 from partialflow.proto import partialflow_pb2 as pb
 from partialflow.proto import partialflow_pb2_grpc as pb_grpc
-from partialflow.proto.values import add_rows, decode_batch, decode_rows, decode_values, fill_batch
+from partialflow.proto.values import (
+    WireError,
+    add_rows,
+    decode_batch,
+    decode_rows,
+    decode_values,
+    fill_batch,
+)
 from partialflow.server.answers import compact_message, stats_message
 from partialflow.server.engine import Engine, ResultSet
 from partialflow.server.errors import InvalidArgument, PartialflowError
@@ -30,9 +46,13 @@ def _rpc(method: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(method)
     def handler(self: PartialflowServicer, request: Any, context: grpc.ServicerContext) -> Any:
         try:
+            if isinstance(request, Undecodable):
+                raise InvalidArgument(str(request))
             return method(self, request, context)
         except PartialflowError as err:
             context.abort(err.code, str(err))
+        except WireError as err:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
         except Exception as err:  # a bug: keep serving, keep the traceback
             log.exception("internal error in %s", method.__name__)
             context.abort(
@@ -50,9 +70,13 @@ def _rpc_stream(method: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(method)
     def handler(self: PartialflowServicer, request: Any, context: grpc.ServicerContext) -> Any:
         try:
+            if isinstance(request, Undecodable):
+                raise InvalidArgument(str(request))
             yield from method(self, request, context)
         except PartialflowError as err:
             context.abort(err.code, str(err))
+        except WireError as err:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
         except Exception as err:
             log.exception("internal error in %s", method.__name__)
             context.abort(
@@ -70,15 +94,78 @@ def put_rows(message: Any, rows: list[tuple], columnar: bool) -> None:
         add_rows(message.rows, rows, lenient=True)
 
 
-def take_rows(rows: Any, batch: pb.RowBatch | None) -> list[tuple]:
-    """Rows of a write request, from its Row messages then its batch."""
-    decoded = decode_rows(rows)
+def take_rows(
+    rows: Any, batch: pb.RowBatch | None, field: str, batch_field: str
+) -> list[tuple]:
+    """Rows of a write request, from its Row messages then its batch; a malformed message
+    raises WireError naming ``field[i]`` or ``batch_field.columns[j]``."""
+    decoded = decode_rows(rows, field)
     if batch is not None:
-        try:
-            decoded.extend(decode_batch(batch))
-        except ValueError as err:
-            raise InvalidArgument(str(err)) from None
+        decoded.extend(decode_batch(batch, batch_field))
     return decoded
+
+
+def check_lsn(value: int, field: str) -> int:
+    """An LSN field of a request: never negative."""
+    if value < 0:
+        raise InvalidArgument(f"{field} must not be negative, got {value}")
+    return value
+
+
+def check_load(request: pb.LoadRequest) -> None:
+    """What the engine cannot be asked about: a path Spark and the OS can take."""
+    if "\x00" in request.path:
+        raise InvalidArgument("path: contains a NUL character")
+    try:
+        urlparse(request.path)
+    except ValueError as err:
+        raise InvalidArgument(f"path: {request.path!r} is not a path or URL ({err})") from None
+    for name in request.options:
+        if not name:
+            raise InvalidArgument("options: an option name is empty")
+
+
+class Undecodable:
+    """A request whose bytes did not parse as its message; the handler refuses it with
+    INVALID_ARGUMENT (gRPC's own deserializer failure would answer INTERNAL)."""
+
+    def __init__(self, name: str, error: BaseException) -> None:
+        self.name = name
+        self.error = error
+
+    def __str__(self) -> str:
+        return f"malformed {self.name}: {self.error}"
+
+
+def _parser(cls: Any) -> Callable[[bytes], Any]:
+    def parse(data: bytes) -> Any:
+        try:
+            return cls.FromString(data)
+        except Exception as err:  # noqa: BLE001 - DecodeError and whatever the parser raises
+            return Undecodable(cls.DESCRIPTOR.full_name, err)
+
+    return parse
+
+
+def add_to_server(servicer: PartialflowServicer, server: grpc.Server) -> None:
+    """``pb_grpc.add_PartialflowServicer_to_server``, with request parsers that hand
+    unparseable bytes to the handler as ``Undecodable`` instead of failing the call."""
+    handlers = {}
+    for method in pb.DESCRIPTOR.services_by_name["Partialflow"].methods:
+        request = message_factory.GetMessageClass(method.input_type)
+        response = message_factory.GetMessageClass(method.output_type)
+        make = (
+            grpc.unary_stream_rpc_method_handler
+            if method.server_streaming
+            else grpc.unary_unary_rpc_method_handler
+        )
+        handlers[method.name] = make(
+            getattr(servicer, method.name),
+            request_deserializer=_parser(request),
+            response_serializer=response.SerializeToString,
+        )
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
+    server.add_registered_method_handlers(SERVICE_NAME, handlers)
 
 
 def result_set(result: ResultSet, columnar: bool = False) -> pb.ResultSet:
@@ -101,20 +188,26 @@ class PartialflowServicer(pb_grpc.PartialflowServicer):
     @_rpc
     def Write(self, request: pb.WriteRequest, context: grpc.ServicerContext) -> pb.WriteResponse:
         inserts = take_rows(
-            request.inserts, request.insert_batch if request.HasField("insert_batch") else None
+            request.inserts,
+            request.insert_batch if request.HasField("insert_batch") else None,
+            "inserts",
+            "insert_batch",
         )
         deletes = take_rows(
-            request.deletes, request.delete_batch if request.HasField("delete_batch") else None
+            request.deletes,
+            request.delete_batch if request.HasField("delete_batch") else None,
+            "deletes",
+            "delete_batch",
         )
         lsn = self.engine.write(request.table, inserts=inserts, deletes=deletes)
         return pb.WriteResponse(lsn=lsn)
 
     @_rpc
     def Lookup(self, request: pb.LookupRequest, context: grpc.ServicerContext) -> pb.LookupResponse:
-        min_lsn = request.min_lsn if request.HasField("min_lsn") else None
+        min_lsn = check_lsn(request.min_lsn, "min_lsn") if request.HasField("min_lsn") else None
         columns, results = self.engine.lookup(
             request.view,
-            decode_rows(request.keys),
+            decode_rows(request.keys, "keys"),
             min_lsn=min_lsn,
             timeout=context.time_remaining(),
         )
@@ -128,12 +221,12 @@ class PartialflowServicer(pb_grpc.PartialflowServicer):
 
     @_rpc
     def Query(self, request: pb.QueryRequest, context: grpc.ServicerContext) -> pb.ResultSet:
-        as_of = request.as_of if request.HasField("as_of") else None
+        as_of = check_lsn(request.as_of, "as_of") if request.HasField("as_of") else None
         return result_set(self.engine.query(request.sql, as_of=as_of), request.columnar)
 
     @_rpc
     def Evict(self, request: pb.EvictRequest, context: grpc.ServicerContext) -> pb.EvictResponse:
-        key = decode_values(request.key.values) if request.HasField("key") else None
+        key = decode_values(request.key.values, "key.values") if request.HasField("key") else None
         return pb.EvictResponse(evicted=self.engine.evict(request.view, key))
 
     @_rpc
@@ -160,6 +253,7 @@ class PartialflowServicer(pb_grpc.PartialflowServicer):
 
     @_rpc_stream
     def Load(self, request: pb.LoadRequest, context: grpc.ServicerContext) -> Any:
+        check_load(request)
         events = self.engine.load(
             request.table,
             request.path,
@@ -180,4 +274,4 @@ class PartialflowServicer(pb_grpc.PartialflowServicer):
             )
 
     def Ping(self, request: pb.PingRequest, context: grpc.ServicerContext) -> pb.PingResponse:
-        return pb.PingResponse()
+        return pb.PingResponse()  # an unparseable PingRequest is answered like a good one
