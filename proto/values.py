@@ -283,9 +283,7 @@ def decode_batch(batch: pb.RowBatch, field: str = "batch") -> list[tuple]:
     positions, each in range and listed once; MIXED: one Value per row)."""
     num_rows = batch.num_rows
     if not batch.columns:
-        if num_rows:
-            raise WireError(f"{field}: num_rows is {num_rows} but the batch has no columns")
-        return []
+        return [()] * num_rows  # rows without columns (callers bound num_rows first)
     columns = [
         _decode_column(c, num_rows, f"{field}.columns[{j}]") for j, c in enumerate(batch.columns)
     ]

@@ -101,6 +101,10 @@ def take_rows(
     raises WireError naming ``field[i]`` or ``batch_field.columns[j]``."""
     decoded = decode_rows(rows, field)
     if batch is not None:
+        if batch.num_rows and not batch.columns:  # every table has a column
+            raise InvalidArgument(
+                f"{batch_field}: num_rows is {batch.num_rows} but the batch has no columns"
+            )
         decoded.extend(decode_batch(batch, batch_field))
     return decoded
 
