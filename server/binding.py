@@ -195,7 +195,3 @@ def _empty_aggregate_row(exprs: list[exp.Expression], having: exp.Expression | N
     if having is not None and compile_expr(having).eval(row) is not True:
         return None
     return tuple(compile_expr(e).eval(row) for e in exprs)
-
-
-def _first_line(e: Exception) -> str:
-    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__

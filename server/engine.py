@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import sqlglot
-import sqlglot.errors
 import sqlglot.expressions as exp
 from partialflow.server.bulk import BulkLoader, Progress
 from partialflow.server.config import Config
@@ -29,6 +28,7 @@ from partialflow.server.errors import (
     OutOfRange,
     Unavailable,
 )
+from partialflow.server.sql.parse import parse_query, parse_statements
 from partialflow.server.storage import Column, Storage, TableSchema, normalize_type
 from partialflow.server.verifier import Verifier, attach_verifier
 
@@ -68,16 +68,7 @@ class ResultSet:
 
 def parse_statement(sql: str) -> exp.Expression:
     """Parse exactly one SQL statement; malformed SQL raises InvalidArgument."""
-    try:
-        statements = [s for s in sqlglot.parse(sql) if s is not None]
-    except sqlglot.errors.ParseError as err:
-        first = err.errors[0] if err.errors else {}
-        where = f" at line {first.get('line')}, column {first.get('col')}" if first else ""
-        near = f" near {first.get('highlight')!r}" if first.get("highlight") else ""
-        description = first.get("description", str(err).splitlines()[0])
-        raise InvalidArgument(f"malformed SQL: {description}{where}{near}") from None
-    except sqlglot.errors.SqlglotError as err:
-        raise InvalidArgument(f"malformed SQL: {err}") from None
+    statements = parse_statements(sql)
     if not statements:
         raise InvalidArgument("empty statement")
     if len(statements) > 1:
@@ -89,21 +80,24 @@ def parse_statement(sql: str) -> exp.Expression:
 
 
 def _explain_unparsed_create(rest: str) -> None:
-    """sqlglot parses a CREATE it can't read as a raw command; if it is a CREATE VIEW whose
-    query is malformed, say so with the parser's own message instead of a vague refusal."""
-    head, sep, query = rest.partition(" AS ")
-    if not sep or not head.strip().upper().startswith("VIEW"):
-        sep_lower = rest.lower().find(" as ")
-        if sep_lower < 0 or not rest.strip().upper().startswith("VIEW"):
-            return
-        query = rest[sep_lower + 4 :]
-    try:
-        sqlglot.parse_one(query)
-    except sqlglot.errors.ParseError as err:
-        first = err.errors[0] if err.errors else {}
-        description = first.get("description", str(err).splitlines()[0])
-        near = f" near {first.get('highlight')!r}" if first.get("highlight") else ""
-        raise InvalidArgument(f"malformed SQL in the view's query: {description}{near}") from None
+    """sqlglot parses a CREATE it can't read as a raw command; say what is wrong with it
+    instead of refusing it as an unsupported CREATE."""
+    words = rest.split(None, 1)
+    kind = words[0].upper() if words else ""
+    if kind not in ("VIEW", "TABLE"):
+        raise InvalidArgument(
+            f"CREATE must be followed by TABLE or VIEW, got {words[0] if words else 'nothing'!r}"
+        )
+    if kind == "VIEW":
+        m = re.search(r"\bAS\b", rest, flags=re.IGNORECASE)
+        if m is None:
+            raise InvalidArgument("CREATE VIEW needs AS SELECT ...: CREATE VIEW name AS SELECT ...")
+        parse_query(rest[m.end() :].strip(), "malformed SQL in the view's query")
+    raise InvalidArgument(
+        f"malformed CREATE {kind}: expected "
+        + ("CREATE TABLE name (column TYPE [PRIMARY KEY], ...)" if kind == "TABLE"
+           else "CREATE VIEW name AS SELECT ...")
+    )
 
 
 def statement_kind(node: exp.Expression) -> str:

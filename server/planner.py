@@ -14,7 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-import sqlglot
 from sqlglot import exp
 
 from partialflow.operators.aggregate import Aggregate, AggSpec
@@ -27,9 +26,10 @@ from partialflow.operators.union import Union
 from partialflow.operators.base import Operator
 from partialflow.server.errors import InvalidArgument, NotFound
 from partialflow.server.expressions import compile_expr
+from partialflow.server.sql.parse import parse_query
 from partialflow.server.binding import (
     _AGG_FUNCS, Scope, _append_hidden, _bind, _conjuncts, _empty_aggregate_row, _expand_star,
-    _first_line, _limit, _names, _order_positions, _output_name, _output_position, _param_column,
+    _limit, _names, _order_positions, _output_name, _output_position, _param_column,
     _refuse_unsupported, _resolve_position, _unalias, col, scope_name,
 )
 
@@ -82,10 +82,7 @@ class Planner:
 
     # -- entry point -------------------------------------------------------------------
     def plan(self, sql: str) -> ViewPlan:
-        try:
-            tree = sqlglot.parse_one(sql)
-        except sqlglot.errors.ParseError as e:
-            raise InvalidArgument(f"malformed SQL: {_first_line(e)}") from None
+        tree = parse_query(sql)
         if isinstance(tree, exp.Union):
             return self._plan_union(tree)
         if not isinstance(tree, exp.Select):

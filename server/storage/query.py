@@ -13,11 +13,11 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import sqlglot
 from pyspark.errors import AnalysisException
 from sqlglot import exp
 
 from partialflow.server.errors import InvalidArgument, NotFound
+from partialflow.server.sql.parse import parse_statements
 
 if TYPE_CHECKING:
     from partialflow.server.storage.snapshot import Snapshot
@@ -30,10 +30,7 @@ def parse_select(sql: str) -> exp.Expression:
     """Parse ``sql`` and check it is exactly one read-only query."""
     if not isinstance(sql, str) or not sql.strip():
         raise InvalidArgument("query() needs a SELECT statement")
-    try:
-        stmts = [s for s in sqlglot.parse(sql, dialect="spark") if s is not None]
-    except sqlglot.errors.ParseError as e:
-        raise InvalidArgument(f"malformed SQL: {str(e).splitlines()[0]}") from None
+    stmts = parse_statements(sql, dialect="spark")
     if len(stmts) != 1 or not isinstance(stmts[0], exp.Query):
         raise InvalidArgument("only SELECT is allowed in query()")
     tree = stmts[0]
