@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from partialflow.client import stress
+from partialflow.client.errors import AlreadyExists
 from partialflow.client.output import format_compaction, format_stats, format_table, print_result
 from partialflow.server.config import SERVE_OPTIONS, resolve_config
 
@@ -141,16 +142,20 @@ def _load(client: Any, args: argparse.Namespace) -> int:
     # same machine, and must not depend on the server's working directory.
     path = os.path.abspath(args.path) if os.path.exists(args.path) else args.path
     fmt = args.format or ("csv" if path.lower().endswith((".csv", ".csv.gz")) else "parquet")
-    with LoadBar() as bar:
-        result = client.load(
-            args.table,
-            path,
-            format=fmt,
-            header=args.header,
-            force=args.force,
-            options=_options(args.option),
-            progress=bar,
-        )
+    try:
+        with LoadBar() as bar:
+            result = client.load(
+                args.table,
+                path,
+                format=fmt,
+                header=args.header,
+                force=args.force,
+                options=_options(args.option),
+                progress=bar,
+            )
+    except AlreadyExists as err:
+        # The server speaks of "force" (a LoadRequest field); here it is a flag.
+        raise AlreadyExists(f"{err} (add --force)") from None
     noun = "row" if result.rows == 1 else "rows"
     print(f"loaded {result.rows} {noun} into {args.table} (lsn {result.lsn})")
     return 0

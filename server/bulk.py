@@ -303,7 +303,7 @@ class BulkLoader:
             raise AlreadyExists(
                 f"{fp.path} was already loaded into {fp.table} at LSN {earlier['lsn']} "
                 f"({earlier['rows']} rows; same size and modification time); "
-                "load with force (--force) to add its rows again"
+                "load it with force to add its rows again"
             )
 
     def _frame(

@@ -88,7 +88,7 @@ def test_a_million_row_parquet_file_is_one_write_and_views_match_spark(loader, t
         assert results["nope"].rows == []
         assert check_results(db, VIEW_SQL, results) == []
 
-        with pytest.raises(AlreadyExists, match=f"at LSN {result.lsn}.*--force"):
+        with pytest.raises(AlreadyExists, match=f"at LSN {result.lsn}.*load it with force"):
             db.load("ld_big", str(path))
 
 
