@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Hashable
 
 from partialflow.operators.base import Delta, Operator, Output, StateView
-from partialflow.server.expressions import CompiledExpr
+from partialflow.operators.expressions import CompiledExpr
 
 
 class Project(Operator):

@@ -1,6 +1,6 @@
 """Row-level SQL evaluation: the closures compiled expressions are made of.
 
-``server/expressions.py`` compiles a sqlglot tree by composing these builders; each
+``operators/expressions.py`` compiles a sqlglot tree by composing these builders; each
 returns a function of the input row. They implement SQL's NULL handling (three-valued
 logic, NULL in -> NULL out) with Spark's non-ANSI rules from ``values``.
 """

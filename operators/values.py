@@ -3,7 +3,7 @@
 Spark is the reference: upquery replies are computed by Spark and incremental updates by
 Python, so every conversion and implicit cast the two can both perform must agree. This
 module holds the value-level rules (casts, integer wrap-around, Java's number printing,
-LIKE patterns, implicit casts between strings and numbers); ``server/expressions.py``
+LIKE patterns, implicit casts between strings and numbers); ``operators/expressions.py``
 composes them into expressions. Types are named by Spark's simple type names.
 """
 
@@ -15,6 +15,29 @@ from functools import lru_cache
 from typing import Any, Callable, Sequence
 
 INT, BIGINT, DOUBLE, STRING, BOOLEAN, NULL = "int", "bigint", "double", "string", "boolean", "null"
+
+# The one table of column type names: every spelling CREATE TABLE accepts (any case, as
+# sqlglot or a user writes it) -> the storage type of the column. Storage, the engine's
+# DDL and error messages all read it.
+COLUMN_TYPES: dict[str, str] = {
+    "BIGINT": "BIGINT", "INT": "BIGINT", "INTEGER": "BIGINT", "LONG": "BIGINT",
+    "DOUBLE": "DOUBLE", "FLOAT": "DOUBLE", "REAL": "DOUBLE",
+    "TEXT": "TEXT", "VARCHAR": "TEXT", "STRING": "TEXT",
+    "BOOLEAN": "BOOLEAN", "BOOL": "BOOLEAN",
+}
+# A storage type as the expression compiler names it (Spark's simple type names).
+STORAGE_TO_SPARK: dict[str, str] = {
+    "BIGINT": BIGINT, "DOUBLE": DOUBLE, "TEXT": STRING, "BOOLEAN": BOOLEAN,
+}
+
+
+def column_type_names() -> str:
+    """The accepted spellings grouped by storage type, for error messages."""
+    groups: dict[str, list[str]] = {}
+    for name, storage in COLUMN_TYPES.items():
+        groups.setdefault(storage, []).append(name)
+    return ", ".join("/".join(names) for names in groups.values())
+
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1

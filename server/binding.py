@@ -13,7 +13,8 @@ from typing import Callable
 from sqlglot import exp
 
 from partialflow.server.errors import InvalidArgument
-from partialflow.server.expressions import compile_expr
+from partialflow.operators.expressions import CompiledExpr, UnsupportedExpression
+from partialflow.operators.expressions import compile_expr as _compile_expr
 
 _AGG_FUNCS: dict[type, str] = {
     exp.Count: "COUNT",
@@ -22,6 +23,14 @@ _AGG_FUNCS: dict[type, str] = {
     exp.Min: "MIN",
     exp.Max: "MAX",
 }
+
+
+def compile_expr(e: exp.Expression) -> CompiledExpr:
+    """Compile an expression for the dataflow; one it cannot compute refuses the view."""
+    try:
+        return _compile_expr(e)
+    except UnsupportedExpression as err:
+        raise InvalidArgument(str(err)) from None
 
 
 def col(i: int) -> exp.Column:

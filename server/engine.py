@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import sqlglot.expressions as exp
+from partialflow.operators.values import COLUMN_TYPES, column_type_names
 from partialflow.server.bulk import BulkLoader, Progress
 from partialflow.server.config import Config
 from partialflow.server.errors import (
@@ -44,17 +45,6 @@ log = logging.getLogger(__name__)
 # the engine refuses those itself with a clearer message.
 logging.getLogger("sqlglot").setLevel(logging.ERROR)
 
-# sqlglot's type names -> the four storage types. Anything else is refused by name.
-_TYPES = {
-    "BIGINT": "BIGINT",
-    "INT": "BIGINT",
-    "DOUBLE": "DOUBLE",
-    "FLOAT": "DOUBLE",
-    "TEXT": "TEXT",
-    "VARCHAR": "TEXT",
-    "BOOLEAN": "BOOLEAN",
-}
-_TYPE_NAMES = "BIGINT/INT/INTEGER, DOUBLE/FLOAT/REAL, TEXT/VARCHAR/STRING, BOOLEAN"
 
 
 @dataclass
@@ -120,11 +110,12 @@ def _simple_name(table: exp.Expression | None, what: str) -> str:
 
 def _column(node: exp.ColumnDef) -> Column:
     kind = node.args.get("kind")
+    # sqlglot names the type by its own enum (INTEGER reads as INT, REAL as FLOAT).
     type_name = kind.this.name if isinstance(kind, exp.DataType) else None
-    if type_name not in _TYPES:
+    if type_name not in COLUMN_TYPES:
         shown = kind.sql() if kind is not None else "no type"
         raise InvalidArgument(
-            f"column {node.name}: unsupported type {shown}; types are {_TYPE_NAMES}"
+            f"column {node.name}: unsupported type {shown}; types are {column_type_names()}"
         )
     primary = False
     for constraint in node.args.get("constraints") or ():
@@ -135,7 +126,7 @@ def _column(node: exp.ColumnDef) -> Column:
                 f"column {node.name}: constraint {constraint.sql()} is not supported "
                 "(only PRIMARY KEY)"
             )
-    return Column(node.name, normalize_type(_TYPES[type_name]), primary_key=primary)
+    return Column(node.name, normalize_type(type_name), primary_key=primary)
 
 
 def table_schema(create: exp.Create) -> TableSchema:

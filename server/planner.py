@@ -6,7 +6,7 @@ decides nothing about state: ``graph.py`` walks the tree top-down with the reade
 and chooses, per stateful node, partial or full materialization.
 
 Column references inside operator expressions are positional (``_c{i}`` = input column i);
-see ``server/expressions.py``.
+see ``operators/expressions.py``.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from partialflow.operators.topk import TopK
 from partialflow.operators.union import Union
 from partialflow.operators.base import Operator
 from partialflow.server.errors import InvalidArgument, NotFound
-from partialflow.server.expressions import compile_expr
 from partialflow.server.sql.parse import parse_query
 from partialflow.server.binding import (
+    compile_expr,
     _AGG_FUNCS, Scope, _append_hidden, _bind, _conjuncts, _empty_aggregate_row, _expand_star,
     _limit, _names, _order_positions, _output_name, _output_position, _param_column,
     _refuse_unsupported, _resolve_position, _unalias, col, scope_name,

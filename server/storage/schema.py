@@ -16,26 +16,16 @@ from typing import Any, Literal, Mapping, Sequence
 import pyarrow as pa
 from pyspark.sql import types as T
 
+from partialflow.operators.values import COLUMN_TYPES as TYPE_SPELLINGS
+from partialflow.operators.values import column_type_names
 from partialflow.server.errors import InvalidArgument
 
 ColumnType = Literal["BIGINT", "DOUBLE", "TEXT", "BOOLEAN"]
 
 COLUMN_TYPES: tuple[str, ...] = ("BIGINT", "DOUBLE", "TEXT", "BOOLEAN")
 
-_TYPE_ALIASES: dict[str, str] = {
-    "BIGINT": "BIGINT",
-    "INT": "BIGINT",
-    "INTEGER": "BIGINT",
-    "LONG": "BIGINT",
-    "DOUBLE": "DOUBLE",
-    "FLOAT": "DOUBLE",
-    "REAL": "DOUBLE",
-    "TEXT": "TEXT",
-    "VARCHAR": "TEXT",
-    "STRING": "TEXT",
-    "BOOLEAN": "BOOLEAN",
-    "BOOL": "BOOLEAN",
-}
+# Every accepted spelling of a column type; the one table lives with the value rules.
+_TYPE_ALIASES: Mapping[str, str] = TYPE_SPELLINGS
 
 # Storage-internal columns of every Parquet segment; user columns may not shadow them.
 LSN_COL = "_lsn"
@@ -84,8 +74,9 @@ def normalize_type(name: str) -> ColumnType:
     try:
         return _TYPE_ALIASES[key]  # type: ignore[return-value]
     except KeyError:
-        valid = ", ".join(sorted(_TYPE_ALIASES))
-        raise InvalidArgument(f"unknown column type {name!r}; valid types are: {valid}") from None
+        raise InvalidArgument(
+            f"unknown column type {name!r}; types are {column_type_names()}"
+        ) from None
 
 
 def check_identifier(name: object, what: str) -> str:

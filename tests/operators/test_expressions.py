@@ -13,8 +13,8 @@ import sqlglot
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from partialflow.server.errors import InvalidArgument
-from partialflow.server.expressions import compile_expr
+from partialflow.operators.expressions import UnsupportedExpression
+from partialflow.operators.expressions import compile_expr
 
 SCHEMA = T.StructType([
     T.StructField("_c0", T.LongType()), T.StructField("_c1", T.LongType()),
@@ -168,6 +168,6 @@ def test_like_with_a_bad_pattern_in_data_is_null():
     ("99999999999999999999 + _c0", "integer literal"),
 ])
 def test_unsupported_names_the_construct(text, construct):
-    with pytest.raises(InvalidArgument, match="unsupported expression") as err:
+    with pytest.raises(UnsupportedExpression, match="unsupported expression") as err:
         compile_expr(sqlglot.parse_one(text))
     assert construct in str(err.value)

@@ -8,7 +8,7 @@ from harness import Harness, as_counter
 from partialflow.operators.filter import Filter
 from partialflow.operators.project import Project
 from partialflow.operators.union import Union
-from partialflow.server.expressions import compile_expr
+from partialflow.operators.expressions import compile_expr
 
 
 def expr(text: str):

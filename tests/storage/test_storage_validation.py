@@ -93,7 +93,7 @@ def test_names_are_validated_and_stay_inside_data_dir(store: Storage, tmp_path: 
         store.create_table(TableSchema("ok", (Column("a", "BIGINT"), Column("A", "TEXT"))))
     with pytest.raises(InvalidArgument, match="at least one column"):
         store.create_table(TableSchema("ok", ()))
-    with pytest.raises(InvalidArgument, match="valid types are"):
+    with pytest.raises(InvalidArgument, match="types are BIGINT/INT"):
         store.create_table(TableSchema("ok", (Column("a", "DATE"),)))  # type: ignore[arg-type]
     assert sorted(str(p) for p in tmp_path.rglob("*")) == before
     assert not (tmp_path / "x").exists() and not (tmp_path.parent / "x").exists()

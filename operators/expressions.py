@@ -23,9 +23,12 @@ from sqlglot import exp
 from partialflow.operators import scalar as sc
 from partialflow.operators import values as sv
 from partialflow.operators.values import BIGINT, BOOLEAN, DOUBLE, INT, NULL, STRING
-from partialflow.server.errors import InvalidArgument
 
 Row = tuple[Any, ...]
+
+
+class UnsupportedExpression(ValueError):
+    """An expression the dataflow cannot compute (the planner refuses the view with it)."""
 Fn = Callable[[Row], Any]
 
 _COLUMN = re.compile(r"_c(\d+)")
@@ -69,7 +72,7 @@ def compile_expr(e: exp.Expression, column_types: Sequence[str | None] | None = 
 
     ``column_types`` (optional, Spark type names such as ``bigint``/``double``/``string``)
     lets the compiler match Spark's implicit casts where values alone can't tell, e.g.
-    the result type of ``CASE`` over an int and a double branch. Raises InvalidArgument
+    the result type of ``CASE`` over an int and a double branch. Raises UnsupportedExpression
     naming the construct for anything unsupported.
     """
     while isinstance(e, (exp.Alias, exp.Paren)):
@@ -104,9 +107,9 @@ class _Node(NamedTuple):
     value: Any = None
 
 
-def _unsupported(node: exp.Expression, what: str | None = None) -> InvalidArgument:
+def _unsupported(node: exp.Expression, what: str | None = None) -> UnsupportedExpression:
     name = what or type(node).__name__
-    return InvalidArgument(f"unsupported expression: {name} ({node.sql()})")
+    return UnsupportedExpression(f"unsupported expression: {name} ({node.sql()})")
 
 
 def _constant(value: Any, type_: str | None) -> _Node:
