@@ -329,7 +329,10 @@ class BulkLoader:
         )
 
     def _csv(self, schema: Any, path: str, header: bool, options: Mapping[str, str]) -> Any:
-        reader = self.spark.read.options(**options)
+        # RFC 4180 quoting: a quote inside a quoted field is doubled, as Python's csv module,
+        # pandas, spreadsheets and COPY ... CSV write it (Spark's own default escape is a
+        # backslash, which would load "a ""b""" as the raw text). Options can override it.
+        reader = self.spark.read.option("escape", '"').options(**options)
         columns = [(c.name, c.type) for c in schema.columns]
         if header:  # check the header's names first, so a mismatch names the column
             names = reader.option("header", True).csv(path).columns

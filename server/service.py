@@ -39,6 +39,22 @@ log = logging.getLogger(__name__)
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Partialflow"].full_name
 
+# An error's text travels in a header: gRPC clients may refuse headers over 8 KiB (and always
+# over 16 KiB) and report RESOURCE_EXHAUSTED instead of the status; it is percent-encoded,
+# up to 3 bytes per UTF-8 byte.
+MAX_DETAILS_BYTES = 2000
+
+
+def details(err: BaseException | str) -> str:
+    """An error's message, cut to MAX_DETAILS_BYTES of UTF-8 (a value quoted in it can be
+    as long as the request)."""
+    text = str(err)
+    data = text.encode("utf-8", "replace")
+    if len(data) <= MAX_DETAILS_BYTES:
+        return text
+    cut = data[:MAX_DETAILS_BYTES].decode("utf-8", "ignore")
+    return f"{cut}... ({len(text) - len(cut)} more characters)"
+
 
 def _rpc(method: Callable[..., Any]) -> Callable[..., Any]:
     """Map domain errors to their status and unexpected ones to INTERNAL (logged)."""
@@ -46,18 +62,16 @@ def _rpc(method: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(method)
     def handler(self: PartialflowServicer, request: Any, context: grpc.ServicerContext) -> Any:
         try:
-            if isinstance(request, Undecodable):
-                raise InvalidArgument(str(request))
             return method(self, request, context)
         except PartialflowError as err:
-            context.abort(err.code, str(err))
+            context.abort(err.code, details(err))
         except WireError as err:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, details(err))
         except Exception as err:  # a bug: keep serving, keep the traceback
             log.exception("internal error in %s", method.__name__)
             context.abort(
                 grpc.StatusCode.INTERNAL,
-                f"internal error in {method.__name__}: {type(err).__name__}: {err}",
+                details(f"internal error in {method.__name__}: {type(err).__name__}: {err}"),
             )
 
     return handler
@@ -70,18 +84,16 @@ def _rpc_stream(method: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(method)
     def handler(self: PartialflowServicer, request: Any, context: grpc.ServicerContext) -> Any:
         try:
-            if isinstance(request, Undecodable):
-                raise InvalidArgument(str(request))
             yield from method(self, request, context)
         except PartialflowError as err:
-            context.abort(err.code, str(err))
+            context.abort(err.code, details(err))
         except WireError as err:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, details(err))
         except Exception as err:
             log.exception("internal error in %s", method.__name__)
             context.abort(
                 grpc.StatusCode.INTERNAL,
-                f"internal error in {method.__name__}: {type(err).__name__}: {err}",
+                details(f"internal error in {method.__name__}: {type(err).__name__}: {err}"),
             )
 
     return handler
@@ -151,6 +163,27 @@ def _parser(cls: Any) -> Callable[[bytes], Any]:
     return parse
 
 
+def _refuse_undecodable(behavior: Callable[..., Any], streaming: bool) -> Callable[..., Any]:
+    """``behavior``, but a request that did not parse is answered INVALID_ARGUMENT."""
+    if streaming:
+
+        @functools.wraps(behavior)
+        def stream(request: Any, context: grpc.ServicerContext) -> Any:
+            if isinstance(request, Undecodable):
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, details(request))
+            yield from behavior(request, context)
+
+        return stream
+
+    @functools.wraps(behavior)
+    def unary(request: Any, context: grpc.ServicerContext) -> Any:
+        if isinstance(request, Undecodable):
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, details(request))
+        return behavior(request, context)
+
+    return unary
+
+
 def add_to_server(servicer: PartialflowServicer, server: grpc.Server) -> None:
     """``pb_grpc.add_PartialflowServicer_to_server``, with request parsers that hand
     unparseable bytes to the handler as ``Undecodable`` instead of failing the call."""
@@ -164,7 +197,7 @@ def add_to_server(servicer: PartialflowServicer, server: grpc.Server) -> None:
             else grpc.unary_unary_rpc_method_handler
         )
         handlers[method.name] = make(
-            getattr(servicer, method.name),
+            _refuse_undecodable(getattr(servicer, method.name), method.server_streaming),
             request_deserializer=_parser(request),
             response_serializer=response.SerializeToString,
         )
@@ -278,4 +311,4 @@ class PartialflowServicer(pb_grpc.PartialflowServicer):
             )
 
     def Ping(self, request: pb.PingRequest, context: grpc.ServicerContext) -> pb.PingResponse:
-        return pb.PingResponse()  # an unparseable PingRequest is answered like a good one
+        return pb.PingResponse()

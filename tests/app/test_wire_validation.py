@@ -303,3 +303,11 @@ def test_nan_and_infinities_round_trip_exactly(db, stub):
     db.delete("wv_bag", [(100, math.nan)])
     got = db.query("SELECT x, score FROM wv_bag WHERE x = 100").rows
     assert got == []
+
+
+@pytest.mark.parametrize("method", ["Ping", "Stats", "Flush", "Compact", "Load"])
+def test_truncated_bytes_are_invalid_argument_for_every_method(server, db, stub, method):
+    with Unchanged(db, stub):
+        err = _raw(server.address, method, b"\x0a\x05ab")
+        assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, err.details()
+        assert "malformed partialflow.v1." in err.details()
