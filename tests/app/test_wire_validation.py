@@ -18,6 +18,7 @@ from partialflow.proto import partialflow_pb2_grpc as pb_grpc
 C = pb.Column
 V = pb.Value
 TABLE = "wv_people"  # (id BIGINT PRIMARY KEY, name TEXT, score DOUBLE)
+PEOPLE = [(1, "ann", 1.0), (2, "bob", None)]  # its rows, all along: every write is refused
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +27,7 @@ def db(server):
         client.execute(f"CREATE TABLE {TABLE} (id BIGINT PRIMARY KEY, name TEXT, score DOUBLE)")
         client.execute("CREATE TABLE wv_bag (x BIGINT, score DOUBLE)")
         client.execute(f"CREATE VIEW wv_by_id AS SELECT id, name FROM {TABLE} WHERE id = ?")
-        client.insert(TABLE, [(1, "ann", 1.0), (2, "bob", None)])
+        client.insert(TABLE, PEOPLE)
         yield client
 
 
@@ -48,7 +49,7 @@ class Unchanged:
 
     def __enter__(self) -> Unchanged:
         self.lsn = self.db.stats()["lsn"]
-        self.rows = _people(self.db)
+        self.rows = PEOPLE  # no test writes to it (a Spark query less per test)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -115,7 +116,8 @@ BAD_BATCHES = {
         ["insert_batch.columns[2].nulls[0]", "row 5", "out of range"],
     ),
     "duplicate-nulls": (
-        batch(3, ids(10, 11, 12), names("x", "y", "z"), C(kind=C.DOUBLE, doubles=[1.0], nulls=[1, 1])),
+        batch(3, ids(10, 11, 12), names("x", "y", "z"),
+              C(kind=C.DOUBLE, doubles=[1.0], nulls=[1, 1])),
         ["insert_batch.columns[2].nulls[1]", "row 1", "twice"],
     ),
     "typed-kind-values-in-another-list": (
@@ -220,7 +222,9 @@ def test_min_lsn_beyond_the_last_write_is_out_of_range_at_once(db, stub):
         started = time.monotonic()
         message = refused(
             stub.Lookup,
-            pb.LookupRequest(view="wv_by_id", keys=[pb.Key(values=[V(int_value=1)])], min_lsn=beyond),
+            pb.LookupRequest(
+                view="wv_by_id", keys=[pb.Key(values=[V(int_value=1)])], min_lsn=beyond
+            ),
             code=grpc.StatusCode.OUT_OF_RANGE,
             timeout=30,
         )
