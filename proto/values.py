@@ -269,11 +269,15 @@ def _decode_column(column: pb.Column, num_rows: int, field: str) -> list[Any]:
             f"{field}: {len(values)} value(s) and {len(nulls)} null(s) for {num_rows} rows"
         )
     _check_nulls(column, num_rows, field)
-    out: list[Any] = [None] * num_rows
-    present = sorted(set(range(num_rows)).difference(nulls))
-    for i, v in zip(present, values):
-        out[i] = v
-    return out
+    if len(nulls) <= 64:  # a few NULLs: list.insert is a memmove each
+        for i in sorted(nulls):
+            values.insert(i, None)
+        return values
+    is_null = [False] * num_rows
+    for i in nulls:
+        is_null[i] = True
+    it = iter(values)
+    return [None if null else next(it) for null in is_null]
 
 
 def decode_batch(batch: pb.RowBatch, field: str = "batch") -> list[tuple]:

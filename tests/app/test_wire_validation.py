@@ -315,3 +315,14 @@ def test_truncated_bytes_are_invalid_argument_for_every_method(server, db, stub,
         err = _raw(server.address, method, b"\x0a\x05ab")
         assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, err.details()
         assert "malformed partialflow.v1." in err.details()
+
+
+@pytest.mark.parametrize("nulls", [[2, 0], [5], list(range(199, -1, -2))], ids=["few", "one", "many"])
+def test_nulls_in_any_order_decode_to_their_rows(nulls):
+    from partialflow.proto.values import decode_batch
+
+    n = 200 if len(nulls) > 2 else 6
+    values = [i for i in range(n) if i not in set(nulls)]
+    column = C(kind=C.INT, ints=values, nulls=nulls)
+    rows = decode_batch(batch(n, column))
+    assert rows == [(None if i in set(nulls) else i,) for i in range(n)]
