@@ -346,17 +346,25 @@ class Engine:
     def _reorder(self, table: str, listed: list[str], rows: list[tuple]) -> list[tuple]:
         """Rows given for a column list, in the table's column order (NULL for the rest)."""
         names = [c.name for c in self.storage.table(table).columns]
-        unknown = [c for c in listed if c not in names]
+        # Names match as Spark matches them, whatever the case; each may be listed once
+        # (a second value for a column would otherwise be dropped without a word).
+        known = {n.lower(): n for n in names}
+        unknown = [c for c in listed if c.lower() not in known]
         if unknown:
             raise InvalidArgument(
                 f"INSERT into {table}: unknown column {unknown[0]}; columns are {', '.join(names)}"
             )
+        position: dict[str, int] = {}
+        for i, c in enumerate(listed):
+            if c.lower() in position:
+                raise InvalidArgument(f"INSERT into {table}: column {c} is listed twice")
+            position[c.lower()] = i
         for row in rows:
             if len(row) != len(listed):
                 raise InvalidArgument(
                     f"INSERT into {table}: {len(row)} values for {len(listed)} columns"
                 )
-        where = [listed.index(n) if n in listed else None for n in names]
+        where = [position.get(n.lower()) for n in names]
         return [tuple(None if i is None else row[i] for i in where) for row in rows]
 
     # -- writes -----------------------------------------------------------------------

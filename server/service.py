@@ -45,6 +45,12 @@ SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Partialflow"].full_name
 MAX_DETAILS_BYTES = 2000
 
 
+TOO_DEEP = (
+    "the statement nests too deeply for the server (parentheses, or a chain of AND/OR, "
+    "hundreds deep): write it flatter, e.g. IN (...) instead of a long OR chain"
+)
+
+
 def details(err: BaseException | str) -> str:
     """An error's message, cut to MAX_DETAILS_BYTES of UTF-8 (a value quoted in it can be
     as long as the request)."""
@@ -67,6 +73,9 @@ def _rpc(method: Callable[..., Any]) -> Callable[..., Any]:
             context.abort(err.code, details(err))
         except WireError as err:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, details(err))
+        except RecursionError:  # the SQL parser and planner recurse along the statement
+            log.warning("%s: RecursionError, answered as a statement too deep", method.__name__)
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, TOO_DEEP)
         except Exception as err:  # a bug: keep serving, keep the traceback
             log.exception("internal error in %s", method.__name__)
             context.abort(
@@ -89,6 +98,9 @@ def _rpc_stream(method: Callable[..., Any]) -> Callable[..., Any]:
             context.abort(err.code, details(err))
         except WireError as err:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, details(err))
+        except RecursionError:  # the SQL parser and planner recurse along the statement
+            log.warning("%s: RecursionError, answered as a statement too deep", method.__name__)
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, TOO_DEEP)
         except Exception as err:
             log.exception("internal error in %s", method.__name__)
             context.abort(

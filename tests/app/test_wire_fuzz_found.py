@@ -76,3 +76,38 @@ def test_a_deleted_nan_row_leaves_the_view(db):
     lsn = db.delete("ff_nan", [(1, math.nan)])
     assert db.query("SELECT k, d FROM ff_nan").rows == [(1, 2.0)]  # storage is right
     assert db.lookup("ff_nan_by_k", 1, min_lsn=lsn).rows == [(1, 2.0)]
+
+
+DEEP = [
+    ("Query", "SELECT " + "(" * 3000 + "1" + ")" * 3000),
+    ("Execute", "SELECT " + "(" * 3000 + "1" + ")" * 3000),
+    ("Execute", "CREATE VIEW ff_deep AS SELECT k FROM ff_bag WHERE " + "(" * 2000 + "k = ?"
+     + ")" * 2000),
+    ("Execute", "CREATE VIEW ff_deep AS SELECT k FROM ff_bag WHERE k = ? AND ("
+     + " OR ".join(f"s = '{i}'" for i in range(3000)) + ")"),
+]
+
+
+@pytest.mark.parametrize("method, sql", DEEP, ids=["query", "execute", "view", "long-or"])
+def test_a_statement_nested_too_deep_is_invalid_argument(db, stub, method, sql):
+    """Python's recursion limit in the SQL parser or the planner answered INTERNAL."""
+    request = pb.QueryRequest(sql=sql) if method == "Query" else pb.ExecuteRequest(sql=sql)
+    with pytest.raises(grpc.RpcError) as info:
+        getattr(stub, method)(request, timeout=60)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT, info.value.details()
+    assert "nests too deeply" in info.value.details()
+    with pytest.raises(NotFound):
+        db.execute("DROP VIEW ff_deep")  # nothing was made
+    stub.Ping(pb.PingRequest(), timeout=5)
+
+
+def test_insert_with_a_column_listed_twice_is_refused(db):
+    """`INSERT INTO t (k, k) VALUES (1, 2)` was acknowledged and stored (1, NULL, NULL):
+    the second value was dropped without a word."""
+    from partialflow.client import InvalidArgument
+
+    db.execute("CREATE TABLE ff_cols (k BIGINT, s TEXT)")
+    with pytest.raises(InvalidArgument, match="column K is listed twice"):
+        db.execute("INSERT INTO ff_cols (k, K) VALUES (1, 2)")
+    lsn = db.execute("INSERT INTO ff_cols (S, k) VALUES ('a', 1)").lsn  # any case, any order
+    assert db.query("SELECT k, s FROM ff_cols", as_of=lsn).rows == [(1, "a")]
