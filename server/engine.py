@@ -22,16 +22,11 @@ import sqlglot.errors
 import sqlglot.expressions as exp
 from partialflow.server.bulk import BulkLoader, Progress
 from partialflow.server.config import Config
+from partialflow.server.dataflow import Dataflow
 from partialflow.server.errors import AlreadyExists, InvalidArgument, NotFound, Unavailable
 from partialflow.server.storage import Column, Storage, TableSchema, normalize_type
+from partialflow.server.upquery import SparkUpqueryRunner
 from partialflow.server.verifier import Verifier, attach_verifier
-
-try:
-    from partialflow.server.dataflow import Dataflow
-except ModuleNotFoundError as _missing:  # the dataflow lands separately
-    if _missing.name != "partialflow.server.dataflow":
-        raise
-    Dataflow = None  # type: ignore[assignment,misc]
 
 log = logging.getLogger(__name__)
 # sqlglot logs a warning for every statement it falls back to parsing as a raw Command;
@@ -207,20 +202,19 @@ class Engine:
         self.verifier: Verifier | None = None
         try:
             self.loader = BulkLoader(self.storage, spark, config.data_dir)
-            if Dataflow is not None:
-                self.dataflow = Dataflow(
-                    self.storage,
-                    spark,
-                    memory_limit=config.memory_limit,
-                    upquery_timeout=config.upquery_timeout,
-                )
-                self.dataflow.start()
-                self.verifier = attach_verifier(
-                    self.storage,
-                    self.dataflow,
-                    sample=config.verify_sample,
-                    max_per_second=config.verify_max_per_second,
-                )
+            self.dataflow = Dataflow(
+                self.storage,
+                SparkUpqueryRunner(spark, self.storage),
+                memory_limit=config.memory_limit,
+                upquery_timeout=config.upquery_timeout,
+            )
+            self.dataflow.start()
+            self.verifier = attach_verifier(
+                self.storage,
+                self.dataflow,
+                sample=config.verify_sample,
+                max_per_second=config.verify_max_per_second,
+            )
         except BaseException:
             self.storage.close()
             raise

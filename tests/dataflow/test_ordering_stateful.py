@@ -1,0 +1,241 @@
+"""The ordering rules under random interleavings, checked without a JVM.
+
+A Hypothesis state machine drives the real dataflow (stepped executor, fake runner on a
+Python model of the base tables, fake clock) through random inserts, deletes and
+updates, single and batch reads, evictions (of view keys and of keys inside the graph),
+memory-limit changes, and upquery replies that are delivered late, out of order, failed
+or never (then the fill's deadline must end it). Every answered read is compared with
+sqlite running the view's SQL over the model's tables as of the answer's LSN. At the end
+every reply is delivered: every read must complete, nothing may stay pending, every
+filled key of every state must equal the model, and the byte accounting must add up.
+
+Runs in CI on every run: ``PARTIALFLOW_HYPOTHESIS=ci`` (the default) is derandomized and
+bounded; ``=long`` explores much further (e.g. before merging changes to the executor).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from harness import Harness
+from partialflow.server.dataflow.reads import Read
+from partialflow.server.errors import DeadlineExceeded, Unavailable
+from scenarios import SCENARIOS, Scenario
+
+settings.register_profile(
+    "ci", max_examples=int(os.environ.get("PARTIALFLOW_HYPOTHESIS_EXAMPLES", 60)),
+    stateful_step_count=60, derandomize=True, deadline=None, print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+settings.register_profile(
+    "long", max_examples=3000, stateful_step_count=120, deadline=None, print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+PROFILE = os.environ.get("PARTIALFLOW_HYPOTHESIS", "ci")
+
+# Clock steps: below, around and above the gathering windows (5 and 50 ms), and past
+# the fills' deadline (UPQUERY_TIMEOUT) now and then.
+UPQUERY_TIMEOUT = 5.0
+CLOCK_STEPS = [0.001, 0.004, 0.006, 0.03, 0.06, 0.5, UPQUERY_TIMEOUT + 1]
+
+
+class Ordering(RuleBasedStateMachine):
+    """One scenario (tables and views) per example; rules interleave freely."""
+
+    scenario_name: str
+    scenario: Scenario
+    h: Harness
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: list[tuple[str, Read]] = []  # reads waiting for fills
+        self.answered = 0
+        self.failed = 0
+
+    # -- set-up ------------------------------------------------------------------------
+    @initialize(data=st.data(), name=st.sampled_from(sorted(SCENARIOS)))
+    def setup(self, data: st.DataObject, name: str) -> None:
+        self.scenario_name, self.scenario = name, SCENARIOS[name]
+        sc = self.scenario
+        limit = data.draw(st.sampled_from(sc.memory_limits), label="memory_limit")
+        self.h = Harness(memory_limit=limit, upquery_timeout=UPQUERY_TIMEOUT)
+        for table, columns in sc.tables.items():
+            rows = data.draw(st.lists(sc.rows[table], max_size=sc.initial), label=f"rows of {table}")
+            self.h.table(table, columns, rows)
+        for view, sql in sc.views.items():
+            self.h.view(view, sql)
+
+    # -- writes ------------------------------------------------------------------------
+    @rule(data=st.data(), kind=st.sampled_from(["insert", "insert", "delete", "update"]))
+    def write(self, data: st.DataObject, kind: str) -> None:
+        sc, model = self.scenario, self.h.model
+        table = data.draw(st.sampled_from(sorted(sc.tables)), label="table")
+        live = model.live(table)
+        if kind == "insert" or not live:
+            rows = data.draw(st.lists(sc.rows[table], min_size=1, max_size=3), label="inserts")
+            model.write(table, inserts=rows)
+            return
+        n = 1 if kind == "update" else data.draw(st.integers(1, min(2, len(live))), label="n")
+        picked = data.draw(st.lists(st.sampled_from(live), min_size=n, max_size=n), label="deletes")
+        live_left = list(live)
+        gone = []
+        for r in picked:  # a bag: delete each row at most as often as it is there
+            if r in live_left:
+                live_left.remove(r)
+                gone.append(r)
+        new = [data.draw(sc.rows[table], label="new row")] if kind == "update" else []
+        model.write(table, inserts=new, deletes=gone)
+
+    # -- reads -------------------------------------------------------------------------
+    @rule(data=st.data())
+    def read(self, data: st.DataObject) -> None:
+        view = data.draw(st.sampled_from(sorted(self.scenario.views)), label="view")
+        keys = data.draw(st.lists(st.sampled_from(self.scenario.keys[view]), min_size=1, max_size=3), label="keys")
+        read = self.h.begin(view, keys)
+        self._after(view, read)
+
+    def _after(self, view: str, read: Read) -> None:
+        if read.done:
+            self._check(view, read)
+        else:
+            self.reads.append((view, read))
+
+    def _check(self, view: str, read: Read) -> None:
+        for key, (rows, lsn) in zip(read.keys, read.answer()):
+            assert lsn <= self.h.model.lsn
+            problem = self.h.mismatch(view, key, rows, lsn)
+            assert problem is None, problem
+        self.answered += 1
+
+    def _resume_reads(self) -> None:
+        still = []
+        for view, read in self.reads:
+            if read.waiter is not None and read.waiter.event.is_set():
+                try:
+                    read.resume()
+                except (Unavailable, DeadlineExceeded):
+                    self.failed += 1  # a failed or lost reply: the read fails cleanly
+                    continue
+                if read.done:
+                    self._check(view, read)
+                    continue
+            still.append((view, read))
+        self.reads = still
+
+    # -- the executor and the runner ---------------------------------------------------
+    @rule()
+    def run_executor(self) -> None:
+        self.h.run()
+        self._resume_reads()
+
+    @precondition(lambda self: bool(self.h.runner.pending))
+    @rule(data=st.data(), outcome=st.sampled_from(["deliver"] * 6 + ["fail", "drop"]))
+    def reply(self, data: st.DataObject, outcome: str) -> None:
+        runner = self.h.runner
+        i = data.draw(st.integers(0, len(runner.pending) - 1), label="which reply")
+        getattr(runner, outcome)(i)
+
+    @rule(dt=st.sampled_from(CLOCK_STEPS))
+    def advance_clock(self, dt: float) -> None:
+        self.h.clock.advance(dt)
+
+    # -- eviction and memory -----------------------------------------------------------
+    @rule(data=st.data())
+    def evict_view_key(self, data: st.DataObject) -> None:
+        view = data.draw(st.sampled_from(sorted(self.scenario.views)), label="view")
+        keys = self.scenario.keys[view]
+        key = data.draw(st.sampled_from(keys + [None]), label="key")
+        if key is not None and None in key:
+            return
+        self.h.df.evict(view, key)
+        self._resume_reads()
+
+    @rule(data=st.data())
+    def evict_inside(self, data: st.DataObject) -> None:
+        """Evict a key of any partial state inside the graph (as memory pressure may)."""
+        ex = self.h.ex
+        candidates = sorted(((st.sid, fk) for st in ex.evictor.states.values() if st.mode != "full"
+                             for fk in st.filled_keys() + st.pending_keys()), key=repr)
+        if not candidates:
+            return
+        sid, fk = data.draw(st.sampled_from(candidates), label="state key")
+        state = ex.evictor.states[sid]
+        ex.call(lambda: ex.evictor.evict(state, fk)).result()
+        self._resume_reads()
+
+    @rule(limit=st.sampled_from([None, 1_500, 4_000, 20_000]))
+    def memory_limit(self, limit: int | None) -> None:
+        self.h.df.set_memory_limit(limit)
+        self._resume_reads()
+
+    # -- always ------------------------------------------------------------------------
+    @invariant()
+    def no_anomalies(self) -> None:
+        if hasattr(self, "h"):
+            bad = [st.label for st in self.h.ex.evictor.states.values() if st.anomalies]
+            assert not bad, f"rows retracted that were never there in {bad}"
+
+    def teardown(self) -> None:
+        if not hasattr(self, "h"):
+            return
+        h = self.h
+        try:
+            # Deliver everything: every read must now complete (or have failed cleanly).
+            for _ in range(50):
+                h.settle()
+                self._resume_reads()
+                if not self.reads:
+                    break
+            assert not self.reads, f"reads never answered: {[r.keys for _, r in self.reads]}"
+            problems = h.check_quiet() + h.check_states()
+            assert not problems, "\n".join(problems)
+            # A last read of every key of every view, cold or hot.
+            for view, keys in self.scenario.keys.items():
+                for key, (rows, lsn) in zip(keys, h.lookup(view, keys)):
+                    problem = h.mismatch(view, key, rows, lsn)
+                    assert problem is None, problem
+            h.settle()
+            problems = h.check_quiet() + h.check_states()
+            assert not problems, "\n".join(problems)
+        finally:
+            h.df.close()
+
+
+Ordering.TestCase.settings = settings.get_profile(PROFILE)
+TestOrdering = Ordering.TestCase
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+@settings(max_examples=3, derandomize=True, deadline=None, database=None)
+@given(data=st.data())
+def test_every_scenario_settles_exactly(name: str, data: st.DataObject) -> None:
+    """A fixed pass over each scenario (reads cold, writes, reads hot, evict, read again),
+    so every view shape runs in CI whatever the random runs pick."""
+    sc = SCENARIOS[name]
+    h = Harness(upquery_timeout=UPQUERY_TIMEOUT)
+    for table, columns in sc.tables.items():
+        h.table(table, columns, data.draw(st.lists(sc.rows[table], min_size=sc.initial, max_size=sc.initial)))
+    for view, sql in sc.views.items():
+        h.view(view, sql)
+    try:
+        for step in range(3):
+            for view, keys in sc.keys.items():
+                for key, (rows, lsn) in zip(keys, h.lookup(view, keys)):
+                    problem = h.mismatch(view, key, rows, lsn)
+                    assert problem is None, problem
+            for table in sc.tables:
+                live = h.model.live(table)
+                h.model.write(table, inserts=[data.draw(sc.rows[table])], deletes=live[:1])
+            if step == 1:
+                for view in sc.keys:
+                    h.df.evict(view, None)
+        h.settle()
+        problems = h.check_quiet() + h.check_states()
+        assert not problems, "\n".join(problems)
+    finally:
+        h.df.close()
