@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 from cachetools import LRUCache
 
 from partialflow.operators.base import Row
+from partialflow.operators.join import Join
 from partialflow.server.dataflow.publish import Publisher
 from partialflow.server.dataflow.state import State
 from partialflow.server.dataflow.stats import Stats
@@ -191,12 +192,27 @@ def _walk_known(node: Node, pidx: int, known: dict[int, Any], out: list, through
         out.append((side, _key_from_known(side, None, pidx, known)))
     mapped = {}
     for c in range(len(node.columns)):
-        for p, pc in node.op.resolve(c):  # type: ignore[union-attr]
+        for p, pc in _sources(node, c, pidx):
             if p == pidx and pc in known:
                 mapped[c] = known[pc]
                 break
     for child, cidx in node.children:
         _walk_known(child, cidx, mapped, out)
+
+
+def _sources(node: Node, c: int, pidx: int) -> list[tuple[int, int]]:
+    """Where output column ``c`` of ``node`` comes from, for the rows a delta from parent
+    ``pidx`` produces. Beyond ``resolve``: every row a right delta of a LEFT JOIN
+    produces or retracts (matched or NULL-padded) has the left join key equal to the
+    delta's right key, though in general a left join's left key column is not the right
+    one (padded rows). Without this, a dropped right delta could not name the keys it
+    affects, and every key above would be evicted."""
+    op = node.op
+    assert op is not None
+    found = op.resolve(c)
+    if isinstance(op, Join) and pidx == 1 and c < op.left_width and c in op.left_key:
+        found = found + [(1, op.right_key[op.left_key.index(c)])]
+    return found
 
 
 def _key_from_known(st: State, node: Node | None, pidx: int, known: dict[int, Any]) -> Row | None:
