@@ -163,8 +163,7 @@ class Executor:
             try:
                 packet = self._queue.get(timeout=0.2)
             except queue.Empty:
-                with self.lock:
-                    self.fills.expire()
+                self._run(Tick(), expire=True)  # deadlines bite when idle too
                 continue
             if isinstance(packet, Stop):
                 break
@@ -189,19 +188,20 @@ class Executor:
                 self._run(packet)
                 n += 1
 
-    def _run(self, packet: Packet) -> None:
+    def _run(self, packet: Packet, expire: bool = False) -> None:
         with self.lock:
             t0 = time.perf_counter_ns()
             try:
                 self._handle(packet)
+                # Deadlines must bite under steady writes too, not only when idle. Before
+                # after_packet: misses waiting for a fill slot go out in this packet.
+                if expire or self.clock() - self._last_expiry > EXPIRY_EVERY:
+                    self._last_expiry = self.clock()
+                    self.fills.expire()
                 self.after_packet()
             except Exception:  # never let one packet kill the executor
                 log.exception("executor packet %s failed", type(packet).__name__)
             self.stats.count("busy_ns", time.perf_counter_ns() - t0)
-            # Deadlines must bite under steady writes too, not only when idle.
-            if self.clock() - self._last_expiry > EXPIRY_EVERY:
-                self._last_expiry = self.clock()
-                self.fills.expire()
             self.lsn_changed.notify_all()
 
     def _handle(self, packet: Packet) -> None:

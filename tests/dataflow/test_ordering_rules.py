@@ -199,3 +199,37 @@ def test_lookup_keys_are_checked_before_anything_is_queued() -> None:
         h.df.begin_read("v", [(1, 2)])
     assert h.run() == 0 and not h.runner.pending
     assert h.lookup("v", [(None,)]) == [([], h.model.lsn)]
+
+
+def test_misses_waiting_for_a_fill_slot_go_out_when_fills_expire() -> None:
+    """Regression: at most MAX_FILLS_PER_STATE fills of a state run at once; a miss beyond
+    that waits for one to finish. When the fills in flight were given up at their
+    deadline instead, the waiting miss was not issued until some later packet (a write):
+    on a quiet server the read waited out its own deadline."""
+    from partialflow.server.dataflow.fills import MAX_FILLS_PER_STATE
+    from partialflow.server.dataflow.packets import Tick
+
+    h = _count_view()
+    lost = []
+    for k in range(MAX_FILLS_PER_STATE):
+        lost.append(h.begin("v", [(k,)]))
+        _issue(h)
+    assert len(h.runner.pending) == MAX_FILLS_PER_STATE
+    h.runner.pending.clear()  # their replies never come
+    waiting = h.begin("v", [(3,)])
+    _issue(h)
+    assert not h.runner.pending  # no slot: wanted
+    h.clock.advance(TIMEOUT + 1)
+    h.ex.submit(Tick())  # what the idle executor does every 0.2 s
+    h.run()
+    for read in lost:
+        with pytest.raises(DeadlineExceeded):
+            read.resume()
+    h.clock.advance(0.006)
+    h.run()
+    assert len(h.runner.pending) == 1  # the waiting miss went out
+    h.runner.deliver()
+    h.run()
+    waiting.resume()
+    _assert_exact(h, "v", [(3,)], waiting.answer())
+    _finish_all(h)
