@@ -31,7 +31,8 @@ import threading
 import time
 from concurrent.futures import Future
 from itertools import groupby
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from partialflow.operators.base import Delta, Row
 from partialflow.server.dataflow.evictor import Evictor

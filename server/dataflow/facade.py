@@ -12,7 +12,8 @@ import os
 import re
 import threading
 import time
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from partialflow.operators.base import Row
 from partialflow.server.dataflow.executor import Executor

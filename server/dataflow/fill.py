@@ -17,7 +17,7 @@ from __future__ import annotations
 import itertools
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any
 
 from partialflow.operators.base import Delta, Row
 
@@ -95,7 +95,7 @@ class HeldJoin:
         return (self.lsn, "join", self.node.nid, self.parent)
 
 
-Held = Union[HeldRows, HeldNode, HeldJoin]
+Held = HeldRows | HeldNode | HeldJoin
 
 
 @dataclass(eq=False)

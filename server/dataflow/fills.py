@@ -16,7 +16,8 @@ the updates held meanwhile in LSN order, then answers the waiting reads.
 from __future__ import annotations
 
 import logging
-from typing import Callable, Protocol
+from typing import Protocol
+from collections.abc import Callable
 
 from partialflow.operators.base import Row
 from partialflow.server.dataflow.fill import Fill, Held, Waiter

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Hashable
+from collections.abc import Hashable
 
 from partialflow.operators.base import GroupedOperator, Operator
 from partialflow.operators.join import Join

@@ -85,7 +85,7 @@ def unbounded(op: GroupedOperator) -> GroupedOperator:
 
 
 def join_kind(op: Join) -> str:
-    return getattr(op, "join_kind", None) or getattr(op, "kind_name", None) or getattr(op, "how", "inner")
+    return str(getattr(op, "join_kind", None) or getattr(op, "kind_name", None) or getattr(op, "how", "inner"))
 
 
 # -- tracing keys through operators ----------------------------------------------------------

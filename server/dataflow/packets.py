@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Union
+from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
 
 from partialflow.operators.base import Row
 
@@ -62,4 +63,4 @@ class Stop:
     """Stop the executor loop."""
 
 
-Packet = Union[Write, Miss, FillDone, Tick, Call, Stop]
+Packet = Write | Miss | FillDone | Tick | Call | Stop

@@ -11,7 +11,8 @@ facade (``Dataflow.lookup``) and the stepped tests drive the same code.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from partialflow.operators.base import Row
 from partialflow.server.dataflow.executor import Executor

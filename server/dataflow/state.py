@@ -121,7 +121,8 @@ class State:
     # -- moving keys (executor thread only) ------------------------------------------
     def fill(self, fk: Row) -> Bucket:
         """Make ``fk`` filled with an empty bucket (the caller loads it); returns it."""
-        self._buckets[fk] = bucket = {}
+        bucket: Bucket = {}
+        self._buckets[fk] = bucket
         self._sizes[fk] = BUCKET_OVERHEAD
         return bucket
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 import sqlite3
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
+from collections.abc import Callable, Sequence
 
 from partialflow.server.errors import InvalidArgument, NotFound
 
