@@ -15,6 +15,7 @@ from typing import Any
 from fake_runner import FakeRunner, node_rows, state_rows
 from model import Model, SqliteOracle
 from partialflow.operators.base import GroupedOperator, Row
+from partialflow.server import planner
 from partialflow.server.dataflow import Dataflow
 from partialflow.server.dataflow.executor import EXPIRY_EVERY
 from partialflow.server.dataflow.packets import Tick
@@ -53,13 +54,18 @@ class Harness:
         if rows:
             self.model.write(name, inserts=rows)
 
-    def view(self, name: str, sql: str) -> None:
-        """CREATE VIEW (its full state is loaded at once)."""
+    def view(self, name: str, sql: str, candidates: tuple[int, int] | None = None) -> None:
+        """CREATE VIEW (its full state is loaded at once). ``candidates``: (MIN/MAX
+        candidates, top-k slack) for its partial state instead of the planner's."""
         auto, self.runner.auto = self.runner.auto, True
+        saved = planner.MINMAX_CANDIDATES, planner.TOPK_SLACK
+        if candidates is not None:
+            planner.MINMAX_CANDIDATES, planner.TOPK_SLACK = candidates
         try:
             self.df.create_view(name, sql)
         finally:
             self.runner.auto = auto
+            planner.MINMAX_CANDIDATES, planner.TOPK_SLACK = saved
         self.views[name] = sql
         self._oracle = None
 

@@ -10,7 +10,7 @@ candidates and deletions exhaust them.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,13 @@ class Scenario:
     views: dict[str, str]  # name -> SQL, created in this order
     keys: dict[str, list[Row]]  # view -> keys to read (with some that match nothing)
     initial: int = 12  # rows per table before the views are created
-    memory_limits: list[int | None] = field(default_factory=lambda: [None, 3_000, 12_000])
+    memory_limits: list[int | None] = field(default_factory=lambda: [None, None, 3_000, 12_000])
+    # (MIN/MAX candidates, top-k slack) the planner gives partial state, if not its own:
+    # small ones make deletions exhaust groups often (then they are refilled by upquery).
+    candidates: tuple[int, int] | None = None
+    # (table, group column or None for all rows, column) whose extreme values the
+    # delete_extreme rule deletes: the groups and values the views' MIN/MAX/top-k keep.
+    extremes: list[tuple[str, int | None, int]] = field(default_factory=list)
 
 
 def _hot(values: list[Any]) -> st.SearchStrategy:
@@ -55,7 +61,7 @@ KEYS = {
 def _shape(sqls: dict[str, tuple[str, str | None]]) -> Scenario:
     views = {name: sql.format(a="a", b="b") for name, (sql, _) in sqls.items()}
     keys = {name: KEYS[keycol] for name, (_, keycol) in sqls.items()}
-    return Scenario(TABLES_AB, {"a": ROW_A, "b": ROW_B}, views, keys)
+    return Scenario(TABLES_AB, {"a": ROW_A, "b": ROW_B}, views, keys, extremes=[("a", 0, 1), ("b", 0, 1)])
 
 
 SCENARIOS: dict[str, Scenario] = {name: _shape({"v": SHAPES[name]}) for name in SHAPES}
@@ -76,6 +82,7 @@ SCENARIOS["visits"] = Scenario(
     views={"maxlen": "SELECT category, MAX(length) AS max_length FROM info JOIN visit "
                      "ON info.product = visit.product WHERE category = ? GROUP BY category"},
     keys={"maxlen": [("Fruit",), ("Vegetable",), ("Meat",), ("Fish",)]},
+    extremes=[("visit", None, 2), ("visit", 0, 2)],
 )
 
 # DESIGN.md example 2: Nexmark Q4 — the average winning bid per category (a view over a
@@ -95,4 +102,10 @@ SCENARIOS["nexmark"] = Scenario(
         "hot": "SELECT auction, COUNT(*) AS bids FROM bid GROUP BY auction HAVING COUNT(*) > 3",
     },
     keys={"winning": [()], "avg_winning": [(0,), (1,), (2,), (3,)], "hot": [()]},
+    extremes=[("bid", 1, 3)],
 )
+
+
+# Bounded candidates that run out often: MIN/MAX keep 2 values, top-k k + 1 rows.
+for _name in ("min_max", "topk", "global_count", "visits", "nexmark"):
+    SCENARIOS[f"{_name}_small"] = replace(SCENARIOS[_name], candidates=(2, 1))

@@ -233,3 +233,49 @@ def test_misses_waiting_for_a_fill_slot_go_out_when_fills_expire() -> None:
     waiting.resume()
     _assert_exact(h, "v", [(3,)], waiting.answer())
     _finish_all(h)
+
+
+MIN_MAX = "SELECT k, MIN(v) AS lo, MAX(v) AS hi FROM t WHERE k = ? GROUP BY k"
+
+
+def _min_max_view() -> Harness:
+    h = Harness(upquery_timeout=TIMEOUT)
+    h.table("t", [("k", "BIGINT"), ("v", "BIGINT")], [(0, v) for v in range(6)] + [(1, 5)])
+    h.view("v", MIN_MAX, candidates=(2, 1))  # MIN/MAX keep 2 values per group
+    return h
+
+
+def test_min_max_groups_whose_candidates_run_out_are_refilled() -> None:
+    h = _min_max_view()
+    assert h.lookup("v", [(0,)])[0][0] == [(0, 0, 5)]
+    h.model.write("t", deletes=[(0, 0)])
+    h.model.write("t", deletes=[(0, 1)])  # both kept minimums gone, 4 values unseen
+    h.run()
+    assert h.ex.stats.counters["exhausted"] == 1
+    assert h.df._reader("v").state.lookup((0,)) == "hole"
+    answers = h.lookup("v", [(0,), (1,)])
+    _assert_exact(h, "v", [(0,), (1,)], answers)
+    assert answers[0][0] == [(0, 2, 5)]
+    _finish_all(h)
+
+
+def test_candidates_running_out_while_held_updates_replay_refill_the_key() -> None:
+    """The deletes reach the key while its fill is in flight (held); replayed after the
+    reply, they exhaust the fresh candidates: the key becomes a hole again at once and
+    the read is asked again, never answered from the exhausted group."""
+    h = _min_max_view()
+    read = h.begin("v", [(0,)])
+    _issue(h)
+    h.model.write("t", deletes=[(0, 0)])
+    h.model.write("t", deletes=[(0, 1)])
+    h.run()
+    h.runner.deliver()
+    h.run()
+    assert h.ex.stats.counters["exhausted"] == 1 and not read.waiter.event.is_set()
+    _issue(h)
+    h.runner.deliver()
+    h.run()
+    read.resume()
+    _assert_exact(h, "v", [(0,)], read.answer())
+    assert read.answer()[0][0] == [(0, 2, 5)]
+    _finish_all(h)

@@ -16,6 +16,7 @@ bounded; ``=long`` explores much further (e.g. before merging changes to the exe
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -30,8 +31,8 @@ from partialflow.server.errors import DeadlineExceeded, Unavailable
 from scenarios import SCENARIOS, Scenario
 
 settings.register_profile(
-    "ci", max_examples=int(os.environ.get("PARTIALFLOW_HYPOTHESIS_EXAMPLES", 15)),
-    stateful_step_count=50, derandomize=True, deadline=None, print_blob=True,
+    "ci", max_examples=int(os.environ.get("PARTIALFLOW_HYPOTHESIS_EXAMPLES", 25)),
+    stateful_step_count=60, derandomize=True, deadline=None, print_blob=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 settings.register_profile(
@@ -73,7 +74,7 @@ class Ordering(RuleBasedStateMachine):
             rows = data.draw(st.lists(sc.rows[table], max_size=sc.initial), label=f"rows of {table}")
             self.h.table(table, columns, rows)
         for view, sql in sc.views.items():
-            self.h.view(view, sql)
+            self.h.view(view, sql, sc.candidates)
 
     # -- writes ------------------------------------------------------------------------
     @rule(data=st.data(), kind=st.sampled_from(["insert", "insert", "delete", "update"]))
@@ -96,16 +97,58 @@ class Ordering(RuleBasedStateMachine):
         new = [data.draw(sc.rows[table], label="new row")] if kind == "update" else []
         model.write(table, inserts=new, deletes=gone)
 
+    @rule(data=st.data(), extreme=st.sampled_from([min, max]), times=st.integers(1, 3))
+    def delete_extreme(self, data: st.DataObject, extreme: Any, times: int) -> None:
+        """In one group of rows (equal in a column), delete the rows holding another
+        column's least (or greatest) value, ``times`` writes in a row: what exhausts the
+        bounded candidates of MIN/MAX and top-k groups."""
+        sc, model = self.scenario, self.h.model
+        table, by, col = data.draw(st.sampled_from(sc.extremes), label="table, group by, column")
+        live = model.live(table)
+        if not live:
+            return
+        group = data.draw(st.sampled_from(live), label="group of")[by] if by is not None else None
+        for _ in range(times):
+            rows = [r for r in model.live(table) if (by is None or r[by] == group) and r[col] is not None]
+            if not rows:
+                return
+            target = extreme(r[col] for r in rows)
+            model.write(table, deletes=[r for r in rows if r[col] == target])
+
     # -- reads -------------------------------------------------------------------------
     @rule(data=st.data())
     def read(self, data: st.DataObject) -> None:
         view = data.draw(st.sampled_from(sorted(self.scenario.views)), label="view")
         keys = data.draw(st.lists(st.sampled_from(self.scenario.keys[view]), min_size=1, max_size=3), label="keys")
+        self._start(view, keys)
+
+    def _start(self, view: str, keys: list[Any]) -> None:
         read = self.h.begin(view, keys)
-        if read.done:
+        if read.done:  # every key was filled (or NULL)
             self._check(view, read)
         else:
             self.reads.append((view, read))
+
+    # Settling answers every fill in flight, so the two rules below act only now and
+    # then: most of the time fills stay in flight for writes, evictions and faults to
+    # interleave with.
+    @rule(data=st.data(), now=st.sampled_from([False, False, True]))
+    def read_and_settle(self, data: st.DataObject, now: bool) -> None:
+        """A read that waits until it is answered, every reply delivered meanwhile."""
+        self.read(data)
+        if now:
+            self.h.settle()
+            self._resume_reads()
+
+    @rule(now=st.sampled_from([False, False, True]))
+    def read_everything(self, now: bool) -> None:
+        """Every key of every view, read until answered: the whole graph gets filled."""
+        if not now:
+            return
+        for view, keys in self.scenario.keys.items():
+            self._start(view, keys)
+        self.h.settle()
+        self._resume_reads()
 
     def _check(self, view: str, read: Read) -> None:
         for key, (rows, lsn) in zip(read.keys, read.answer()):
@@ -179,7 +222,7 @@ class Ordering(RuleBasedStateMachine):
         ex.call(lambda: ex.evictor.evict(state, fk)).result()
         self._resume_reads()
 
-    @rule(limit=st.sampled_from([None, 1_500, 4_000, 20_000]))
+    @rule(limit=st.sampled_from([None, None, 1_500, 4_000, 20_000]))
     def memory_limit(self, limit: int | None) -> None:
         self.h.df.set_memory_limit(limit)
         self._resume_reads()
@@ -240,7 +283,7 @@ def test_every_scenario_settles_exactly(name: str, data: st.DataObject) -> None:
     for table, columns in sc.tables.items():
         h.table(table, columns, data.draw(st.lists(sc.rows[table], min_size=sc.initial, max_size=sc.initial)))
     for view, sql in sc.views.items():
-        h.view(view, sql)
+        h.view(view, sql, sc.candidates)
     try:
         for step in range(3):
             for view, keys in sc.keys.items():
