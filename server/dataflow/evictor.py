@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import TYPE_CHECKING, Any
 from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from cachetools import LRUCache
 

@@ -29,10 +29,10 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from itertools import groupby
 from typing import Any
-from collections.abc import Callable
 
 from partialflow.operators.base import Delta, Row
 from partialflow.server.dataflow.evictor import Evictor

@@ -12,8 +12,8 @@ import os
 import re
 import threading
 import time
-from typing import Any
 from collections.abc import Callable
+from typing import Any
 
 from partialflow.operators.base import Row
 from partialflow.server.dataflow.executor import Executor

@@ -16,8 +16,8 @@ the updates held meanwhile in LSN order, then answers the waiting reads.
 from __future__ import annotations
 
 import logging
-from typing import Protocol
 from collections.abc import Callable
+from typing import Protocol
 
 from partialflow.operators.base import Row
 from partialflow.server.dataflow.fill import Fill, Held, Waiter

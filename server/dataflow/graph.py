@@ -9,8 +9,8 @@ are shared between views. The graph is mutated only on the executor thread.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
 from collections.abc import Hashable
+from dataclasses import dataclass, field
 
 from partialflow.operators.base import GroupedOperator, Operator
 from partialflow.operators.join import Join

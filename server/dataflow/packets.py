@@ -7,10 +7,10 @@ the executor thread handles them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-from collections.abc import Callable
 
 from partialflow.operators.base import Row
 

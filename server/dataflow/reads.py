@@ -10,9 +10,9 @@ facade (``Dataflow.lookup``) and the stepped tests drive the same code.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-from collections.abc import Callable
 
 from partialflow.operators.base import Row
 from partialflow.server.dataflow.executor import Executor

@@ -17,8 +17,8 @@ Reply rows per root state ``st`` (keyed by ``st.sid``), only for the keys
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
 
 from partialflow.operators.base import Row
 

@@ -8,6 +8,6 @@
 
 from partialflow.server.upquery.faults import FaultInjector
 from partialflow.server.upquery.runner import SparkUpqueryRunner
-from partialflow.server.upquery.state_plans import MANY_KEYS, key_filter, keep_keys
+from partialflow.server.upquery.state_plans import MANY_KEYS, keep_keys, key_filter
 
 __all__ = ["MANY_KEYS", "FaultInjector", "SparkUpqueryRunner", "keep_keys", "key_filter"]

@@ -20,7 +20,6 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from model import Model
 from partialflow.operators.aggregate import Aggregate
 from partialflow.operators.base import GroupedOperator, Row
 from partialflow.operators.distinct import Distinct
@@ -30,6 +29,8 @@ from partialflow.server.dataflow.fill import Fill
 from partialflow.server.dataflow.graph import Node
 from partialflow.server.dataflow.runner import FillResults, Reply
 from partialflow.server.dataflow.state import State
+
+from model import Model
 
 
 @dataclass

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import sqlite3
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
-from collections.abc import Callable, Sequence
 
 from partialflow.server.errors import InvalidArgument, NotFound
 

@@ -23,11 +23,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from harness import Harness
 from partialflow.server.dataflow.executor import EXPIRY_EVERY
 from partialflow.server.dataflow.packets import Tick
 from partialflow.server.dataflow.reads import Read
 from partialflow.server.errors import DeadlineExceeded, Unavailable
+
+from harness import Harness
 from scenarios import SCENARIOS, Scenario
 
 settings.register_profile(
@@ -68,13 +69,14 @@ class Ordering(RuleBasedStateMachine):
     @initialize(data=st.data())
     def setup(self, data: st.DataObject) -> None:
         sc = self.scenario = SCENARIOS[self.scenario_name]
-        limit = data.draw(st.sampled_from(sc.memory_limits), label="memory_limit")
-        self.h = Harness(memory_limit=limit, upquery_timeout=UPQUERY_TIMEOUT)
+        self.h = Harness(upquery_timeout=UPQUERY_TIMEOUT)
         for table, columns in sc.tables.items():
             rows = data.draw(st.lists(sc.rows[table], max_size=sc.initial), label=f"rows of {table}")
             self.h.table(table, columns, rows)
         for view, sql in sc.views.items():
             self.h.view(view, sql, sc.candidates)
+        # Set after creating the views: a full state over the limit would refuse them.
+        self.h.df.set_memory_limit(data.draw(st.sampled_from(sc.memory_limits), label="memory_limit"))
 
     # -- writes ------------------------------------------------------------------------
     @rule(data=st.data(), kind=st.sampled_from(["insert", "insert", "delete", "update"]))
