@@ -179,14 +179,9 @@ class InProcServer:
         return time.monotonic()
 
     def view_counters(self, view: str) -> dict:
-        ex = self.engine.dataflow.executor
-        with ex.lock:
-            # Lock-free hits are logged and counted when the executor next drains the log.
-            drain = getattr(ex, "drain_read_log", None)
-            if drain is not None:
-                drain()
-            c = ex.view_counters[view]
-            return {"hits": c["hits"], "misses": c["misses"], "upqueries": c["upqueries"]}
+        # stats() counts the lock-free hits logged since the executor last drained them.
+        c = self.engine.dataflow.stats()["views"][view]
+        return {"hits": c["hits"], "misses": c["misses"], "upqueries": c["upqueries"]}
 
     def __enter__(self) -> InProcServer:
         return self.start()

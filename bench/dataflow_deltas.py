@@ -44,14 +44,14 @@ def setup(engine: Engine, rng: random.Random) -> None:
 
 def run(engine: Engine, table: str, make, batch: int, total: int) -> tuple[float, float]:
     ex = engine.dataflow.executor
-    busy0 = ex.counters["busy_ns"]
+    busy0 = ex.stats.counters["busy_ns"]
     t0 = time.perf_counter()
     lsn = 0
     for _ in range(max(1, total // batch)):
         lsn = engine.insert(table, [make() for _ in range(batch)])
     ex.wait_for(lsn, time.monotonic() + 600)
     wall = time.perf_counter() - t0
-    busy = (ex.counters["busy_ns"] - busy0) / 1e9
+    busy = (ex.stats.counters["busy_ns"] - busy0) / 1e9
     n = max(1, total // batch) * batch
     return n / wall, n / busy if busy else float("nan")
 

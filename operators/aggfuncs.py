@@ -6,7 +6,7 @@ state handling and output. States are immutable values (or copied before changin
 the entry the executor holds is never modified behind its back.
 
 Each function also says how its state is loaded from Spark: ``width`` accumulator
-columns follow the group's row count in a state row (see ``server/spark_compile.py``):
+columns follow the group's row count in a state row (see ``server/upquery/operator_plans.py``):
 
     COUNT_STAR  0 columns        (the group's row count)
     COUNT       1: non-null count

@@ -132,7 +132,7 @@ class GroupedOperator(Operator):
 
     @abstractmethod
     def load_entries(self, state_rows: list[Row]) -> dict[Row, Any]:
-        """Entries from the Spark state rows (see ``server/spark_compile.py``)."""
+        """Entries from the Spark state rows (see ``server/upquery/operator_plans.py``)."""
 
     @abstractmethod
     def output_rows(self, group: Row, entry: Any) -> list[Row]:

@@ -22,6 +22,7 @@ import sqlglot.expressions as exp
 from partialflow.operators.values import COLUMN_TYPES, column_type_names
 from partialflow.server.bulk import BulkLoader, Progress
 from partialflow.server.config import Config
+from partialflow.server.dataflow import Dataflow
 from partialflow.server.errors import (
     AlreadyExists,
     InvalidArgument,
@@ -31,14 +32,8 @@ from partialflow.server.errors import (
 )
 from partialflow.server.sql.parse import parse_query, parse_statements
 from partialflow.server.storage import Column, Storage, TableSchema, normalize_type
+from partialflow.server.upquery import SparkUpqueryRunner
 from partialflow.server.verifier import Verifier, attach_verifier
-
-try:
-    from partialflow.server.dataflow import Dataflow
-except ModuleNotFoundError as _missing:  # the dataflow lands separately
-    if _missing.name != "partialflow.server.dataflow":
-        raise
-    Dataflow = None  # type: ignore[assignment,misc]
 
 log = logging.getLogger(__name__)
 # sqlglot logs a warning for every statement it falls back to parsing as a raw Command;
@@ -198,20 +193,19 @@ class Engine:
         self.verifier: Verifier | None = None
         try:
             self.loader = BulkLoader(self.storage, spark, config.data_dir)
-            if Dataflow is not None:
-                self.dataflow = Dataflow(
-                    self.storage,
-                    spark,
-                    memory_limit=config.memory_limit,
-                    upquery_timeout=config.upquery_timeout,
-                )
-                self.dataflow.start()
-                self.verifier = attach_verifier(
-                    self.storage,
-                    self.dataflow,
-                    sample=config.verify_sample,
-                    max_per_second=config.verify_max_per_second,
-                )
+            self.dataflow = Dataflow(
+                self.storage,
+                SparkUpqueryRunner(spark, self.storage),
+                memory_limit=config.memory_limit,
+                upquery_timeout=config.upquery_timeout,
+            )
+            self.dataflow.start()
+            self.verifier = attach_verifier(
+                self.storage,
+                self.dataflow,
+                sample=config.verify_sample,
+                max_per_second=config.verify_max_per_second,
+            )
         except BaseException:
             self.storage.close()
             raise

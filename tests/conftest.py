@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from partialflow.server.spark import spark_session
-
 
 @pytest.fixture(scope="session")
 def spark():
+    # Imported here: tests that need no Spark (tests/dataflow) then never import pyspark.
+    from partialflow.server.spark import spark_session
+
     return spark_session("local[2]")
 
 

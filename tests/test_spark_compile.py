@@ -31,7 +31,7 @@ from partialflow.operators.project import Project  # noqa: E402
 from partialflow.operators.topk import TopK  # noqa: E402
 from partialflow.operators.union import Union  # noqa: E402
 from partialflow.operators.expressions import compile_expr  # noqa: E402
-from partialflow.server.spark_compile import compile_output, compile_state  # noqa: E402
+from partialflow.server.upquery.operator_plans import compile_output, compile_state  # noqa: E402
 
 # Input rows: (g: string, k: bigint, v: bigint, f: double, s: string)
 SCHEMA = T.StructType([

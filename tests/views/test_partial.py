@@ -217,15 +217,15 @@ def test_join_index_stays_exact_when_a_fill_of_the_other_side_is_abandoned(serve
         reader = df._reader(view).state
         join = reader.below[0].node
         visit_side, info_side = join.sides[0], join.sides[1]
-        assert ("p1",) in visit_side.buckets and ("p1",) in info_side.buckets
+        assert visit_side.is_filled(("p1",)) and info_side.is_filled(("p1",))
         # Make only the info side (and the reader above it) a hole at p1.
-        ex.call(lambda: ex._evict(info_side, ("p1",))).result()
-        assert ("p1",) in visit_side.buckets and ("p1",) not in reader.buckets
+        ex.call(lambda: ex.evictor.evict(info_side, ("p1",))).result()
+        assert visit_side.is_filled(("p1",)) and not reader.is_filled(("p1",))
         out: dict = {}
-        old_timeout = ex.upquery_timeout
+        old_timeout = ex.fills.upquery_timeout
         faults.mode = "hang" if how == "timed_out" else "slow:30"
         if how == "timed_out":
-            ex.upquery_timeout = 2.0
+            ex.fills.upquery_timeout = 2.0
 
         def read() -> None:
             try:
@@ -237,20 +237,20 @@ def test_join_index_stays_exact_when_a_fill_of_the_other_side_is_abandoned(serve
             t = threading.Thread(target=read)
             t.start()
             deadline = time.monotonic() + 10
-            while ("p1",) not in info_side.pending and time.monotonic() < deadline:
+            while not info_side.is_pending(("p1",)) and time.monotonic() < deadline:
                 time.sleep(0.05)
-            assert ("p1",) in info_side.pending
+            assert info_side.is_pending(("p1",))
             # Held by the fill: the visit index is filled, the info index pending.
             lsn = c.delete(visit, [("p1", "u1", 10)])
             ex.wait_for(lsn, time.monotonic() + 10)
             if how == "cancelled":
-                ex.call(lambda: ex._evict(reader, ("p1",))).result()
+                ex.call(lambda: ex.evictor.evict(reader, ("p1",))).result()
                 faults.mode = ""
             t.join(timeout=30)
             assert not t.is_alive()
         finally:
             faults.mode = ""
-            ex.upquery_timeout = old_timeout
+            ex.fills.upquery_timeout = old_timeout
         if how == "timed_out":
             assert "e" in out and "exceeded" in str(out["e"])
         else:
@@ -278,16 +278,16 @@ def test_join_fill_orders_writes_to_both_sides(server, uniq):
         c.lookup(view, "p1")
         join = df._reader(view).state.below[0].node
         info_side = join.sides[1]
-        ex.call(lambda: ex._evict(info_side, ("p1",))).result()
+        ex.call(lambda: ex.evictor.evict(info_side, ("p1",))).result()
         out: dict = {}
         faults.mode = "slow:3"
         try:
             t = threading.Thread(target=lambda: out.setdefault("r", c.lookup(view, "p1")))
             t.start()
             deadline = time.monotonic() + 10
-            while ("p1",) not in info_side.pending and time.monotonic() < deadline:
+            while not info_side.is_pending(("p1",)) and time.monotonic() < deadline:
                 time.sleep(0.05)
-            assert ("p1",) in info_side.pending
+            assert info_side.is_pending(("p1",))
             c.insert(visit, [("p1", "u9", 5)])
             lsn = c.update(info, [("p1", "c1")], [("p1", "c7")])
             t.join(timeout=60)
@@ -319,15 +319,15 @@ def test_lookup_many_mixing_derivable_and_cold_keys_counts_each_write_once(serve
         view = f"{uniq}v"
         c.lookup(view, 1)
         reader = df._reader(view).state
-        ex.call(lambda: ex._evict(reader, (1,))).result()  # the aggregate below stays filled
-        assert (1,) in reader.source[0].buckets and (1,) not in reader.buckets
+        ex.call(lambda: ex.evictor.evict(reader, (1,))).result()  # the aggregate below stays filled
+        assert reader.source[0].is_filled((1,)) and not reader.is_filled((1,))
         out: dict = {}
         faults.mode = "slow:3"
         try:
             th = threading.Thread(target=lambda: out.setdefault("r", c.lookup_many(view, [1, 2])))
             th.start()
             deadline = time.monotonic() + 10
-            while not ex.fills and time.monotonic() < deadline:
+            while not ex.fills.active and time.monotonic() < deadline:
                 time.sleep(0.05)
             lsn = c.insert(t, [(1, 500), (1, 501)])
             th.join(timeout=60)

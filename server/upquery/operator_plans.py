@@ -22,8 +22,9 @@ operator. State row layouts (the contract with each operator's ``load_entries``)
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import reduce
-from typing import Any, Callable
+from typing import Any
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F

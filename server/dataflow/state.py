@@ -8,23 +8,23 @@ lands) or **filled** (a bucket, possibly empty, that is exact). A full state has
 partial columns: its one fill key ``()`` is loaded when the view is created and is never
 evicted.
 
-States store; they don't decide. The executor (the only writer) moves keys between hole,
-pending and filled, and all mutation happens on its thread under its lock.
+States store; they don't decide. The executor and its helpers (the only writers) move
+keys between hole, pending and filled through the methods below, on the executor thread
+under its lock; nothing outside this module touches the dicts.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
-
-import logging
 
 from partialflow.operators.base import Row
 from partialflow.operators.sizes import row_size
 
 if TYPE_CHECKING:
-    from partialflow.server.graph import Node  # noqa: F401
-    from partialflow.server.upquery import Fill
+    from partialflow.server.dataflow.fill import Fill
+    from partialflow.server.dataflow.graph import Node
 
 _log = logging.getLogger("partialflow.state")
 
@@ -34,7 +34,13 @@ Mode = Literal["partial", "miss", "full"]
 #          evicts the downstream keys it could affect, then fills that index key;
 # full:    always complete, loaded at view creation.
 
+KeyStatus = Literal["hit", "hole", "pending"]
+
 BUCKET_OVERHEAD = 240  # dict + bookkeeping per filled key, measured with sys.getsizeof
+
+# A filled key's contents: index key -> bag (row -> multiplicity) for a rows state,
+# group key -> operator entry for a grouped state.
+Bucket = dict[Row, Any]
 
 
 @dataclass(eq=False)
@@ -49,9 +55,6 @@ class State:
     partial_cols: tuple[int, ...]
     mode: Mode
     label: str = ""
-    buckets: dict[Row, dict[Row, Any]] = field(default_factory=dict)
-    sizes: dict[Row, int] = field(default_factory=dict)
-    pending: dict[Row, Fill] = field(default_factory=dict)
     # Trace links: states directly below whose same fill key must be filled before ours
     # (``below``) and states above that were filled relying on ours (``dependents``).
     below: list[State] = field(default_factory=list)
@@ -59,10 +62,10 @@ class State:
     # Deriving this state from a grouped state below through filter/project nodes only.
     source: tuple[State, list[Node]] | None = None
     anomalies: int = 0
-    reason: str = ""  # why the planner chose this mode (shown by explain)
-    # Readers only: an immutable copy of each filled key's rows, republished by the
-    # executor at the end of every packet, so reads of filled keys need no lock.
-    published: dict[Row, tuple[Row, ...]] = field(default_factory=dict)
+    reason: str = ""  # why this mode was chosen (materialize.py; shown by explain)
+    _buckets: dict[Row, Bucket] = field(default_factory=dict, repr=False)
+    _sizes: dict[Row, int] = field(default_factory=dict, repr=False)
+    _pending: dict[Row, Fill] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         # Where the fill key sits inside an index key (partial ⊆ index columns).
@@ -76,13 +79,73 @@ class State:
         return tuple([row[c] for c in self.index_cols])
 
     def fill_key_of_index(self, key: Row) -> Row:
+        """The fill key of an index key (for a grouped state: of a group key)."""
         return tuple([key[i] for i in self.fk_in_index])
 
+    # -- hole, pending or filled -------------------------------------------------------
+    def lookup(self, fk: Row) -> KeyStatus:
+        if fk in self._buckets:
+            return "hit"
+        return "pending" if fk in self._pending else "hole"
+
     def is_filled(self, fk: Row) -> bool:
-        return fk in self.buckets
+        return fk in self._buckets
+
+    def is_pending(self, fk: Row) -> bool:
+        return fk in self._pending
+
+    def bucket(self, fk: Row) -> Bucket | None:
+        """The filled key's bucket, or None for a hole or a pending key (hot path)."""
+        return self._buckets.get(fk)
+
+    def pending_fill(self, fk: Row) -> Fill | None:
+        return self._pending.get(fk)
+
+    def filled_keys(self) -> list[Row]:
+        return list(self._buckets)
+
+    def pending_keys(self) -> list[Row]:
+        return list(self._pending)
+
+    def pending_fills(self) -> list[Fill]:
+        """Each fill this state has keys pending on, once, in the order they came."""
+        return list({id(f): f for f in self._pending.values()}.values())
+
+    @property
+    def keys_filled(self) -> int:
+        return len(self._buckets)
+
+    def has_pending(self) -> bool:
+        return bool(self._pending)
+
+    # -- moving keys (executor thread only) ------------------------------------------
+    def fill(self, fk: Row) -> Bucket:
+        """Make ``fk`` filled with an empty bucket (the caller loads it); returns it."""
+        bucket: Bucket = {}
+        self._buckets[fk] = bucket
+        self._sizes[fk] = BUCKET_OVERHEAD
+        return bucket
+
+    def mark_pending(self, fk: Row, fill: Fill) -> None:
+        self._pending[fk] = fill
+
+    def clear_pending(self, fk: Row, fill: Fill) -> bool:
+        """``fk`` is no longer pending on ``fill`` (if it still was); True if it was."""
+        if self._pending.get(fk) is fill:
+            del self._pending[fk]
+            return True
+        return False
+
+    def forget_pending(self) -> None:
+        self._pending.clear()
+
+    def mark_hole(self, fk: Row) -> int:
+        """Turn a filled key back into a hole; returns the bytes released."""
+        self._buckets.pop(fk, None)
+        return self._sizes.pop(fk, 0)
 
     # -- rows states -----------------------------------------------------------------
-    def apply_row(self, bucket: dict[Row, Any], fk: Row, row: Row, sign: int) -> None:
+    def apply_row(self, bucket: Bucket, fk: Row, row: Row, sign: int) -> None:
         """Apply one delta to a filled rows bucket (a bag: row -> multiplicity)."""
         ik = self.index_key_of_row(row)
         bag = bucket.get(ik)
@@ -102,12 +165,12 @@ class State:
             del bag[row]
             if not bag:
                 del bucket[ik]
-        self.sizes[fk] = self.sizes.get(fk, BUCKET_OVERHEAD) + (size if sign > 0 else -size)
+        self._sizes[fk] = self._sizes.get(fk, BUCKET_OVERHEAD) + (size if sign > 0 else -size)
 
     def rows_at(self, ik: Row) -> list[Row] | None:
         """The bag of rows at index key ``ik``, or None when its fill key is a hole or
         pending (lookups can't use data that isn't there yet)."""
-        bucket = self.buckets.get(self.fill_key_of_index(ik))
+        bucket = self._buckets.get(self.fill_key_of_index(ik))
         if bucket is None:
             return None
         bag = bucket.get(ik)
@@ -116,54 +179,60 @@ class State:
         return [r for r, n in bag.items() for _ in range(n)]
 
     def bucket_rows(self, fk: Row) -> list[Row]:
-        bucket = self.buckets[fk]
+        """Every row of a filled key of a rows state, repeated by multiplicity."""
+        bucket = self._buckets[fk]
         return [r for bag in bucket.values() for r, n in bag.items() for _ in range(n)]
-
 
     # -- grouped states --------------------------------------------------------------
     def set_entry(self, fk: Row, group: Row, entry: Any, size: int) -> None:
-        bucket = self.buckets[fk]
+        """Set (``entry`` None: remove) a group's entry in filled key ``fk``."""
+        bucket = self._buckets[fk]
         old = bucket.pop(group, None)
         key_size = row_size(group)
         delta = -(self._entry_size(old) + key_size) if old is not None else 0
         if entry is not None:
             bucket[group] = entry
             delta += size + key_size
-        self.sizes[fk] = self.sizes.get(fk, BUCKET_OVERHEAD) + delta
+        self._sizes[fk] = self._sizes.get(fk, BUCKET_OVERHEAD) + delta
+
+    def entry(self, group: Row) -> Any | None:
+        """A group's entry, or None when the group is absent or its key not filled."""
+        bucket = self._buckets.get(self.fill_key_of_index(group))
+        return None if bucket is None else bucket.get(group)
+
+    def entries(self, fk: Row) -> list[tuple[Row, Any]]:
+        """(group, entry) pairs of a filled key of a grouped state."""
+        return list(self._buckets[fk].items())
 
     def _entry_size(self, entry: Any) -> int:
         op = self.node.op
-        return op.entry_size(entry) if op is not None else 0
+        return op.entry_size(entry) if op is not None else 0  # type: ignore[attr-defined]
 
-    # -- filling and evicting (executor only) ----------------------------------------
-    def new_bucket(self, fk: Row) -> dict[Row, Any]:
-        self.buckets[fk] = bucket = {}
-        self.sizes[fk] = BUCKET_OVERHEAD
-        return bucket
-
-    def drop(self, fk: Row) -> int:
-        """Turn a filled key back into a hole; returns the bytes released."""
-        self.buckets.pop(fk, None)
-        return self.sizes.pop(fk, 0)
+    # -- sizes -----------------------------------------------------------------------
+    def size_of(self, fk: Row) -> int:
+        return self._sizes.get(fk, 0)
 
     @property
     def memory_bytes(self) -> int:
-        return sum(self.sizes.values())
+        return sum(self._sizes.values())
 
     def describe(self, live: bool = True) -> str:
         key = ",".join(map(str, self.partial_cols))
         idx = ",".join(map(str, self.index_cols))
         mode = {"partial": f"partial on [{key}]", "miss": f"partial (evict-on-miss) on [{key}]", "full": "full"}[self.mode]
         head = f"{self.kind} state {mode}, index [{idx}]"
-        return f"{head}, {len(self.buckets)} keys filled, {self.memory_bytes} B" if live else head
+        return f"{head}, {len(self._buckets)} keys filled, {self.memory_bytes} B" if live else head
 
 
 class StateAccess:
-    """The read-only state an operator sees (operators/base.py StateView), for one node."""
+    """The read-only state an operator sees (operators/base.py StateView), for one node.
+
+    ``own_bucket``: a grouped state being built in Python (a derivation), read instead of
+    the node's own state."""
 
     __slots__ = ("node", "own_bucket")
 
-    def __init__(self, node: Node, own_bucket: dict | None = None) -> None:
+    def __init__(self, node: Node, own_bucket: Bucket | None = None) -> None:
         self.node = node
         self.own_bucket = own_bucket
 
@@ -174,5 +243,5 @@ class StateAccess:
         if self.own_bucket is not None:
             return self.own_bucket.get(group)
         st = self.node.own
-        bucket = st.buckets.get(tuple([group[i] for i in st.fk_in_index]))
-        return None if bucket is None else bucket.get(group)
+        assert st is not None
+        return st.entry(group)

@@ -1,0 +1,25 @@
+"""The dataflow: views kept incrementally up to date, with partial state filled on demand.
+
+Modules, one job each (see DESIGN.md for the ordering rules they implement):
+
+* ``facade``      — ``Dataflow``, what the engine calls (views, lookups, evict, stats);
+* ``executor``    — the one ordered loop and propagation of deltas through operators;
+* ``packets``     — what goes on the executor's queue;
+* ``fill``        — one upquery in flight, the updates it holds, a waiting read;
+* ``fills``       — the fill coordinator: wanted, in flight, held, coalescing;
+* ``evictor``     — LRU, byte accounting, evicting keys and what depends on them;
+* ``publish``     — the seqlock that lets reads of filled keys skip the lock;
+* ``reads``       — lookups: key checks, one LSN per batch, presenting rows;
+* ``graph``       — nodes, states and explain;
+* ``materialize`` — partial, evict-on-miss or full, and why;
+* ``state``       — one materialization: holes, pending and filled keys;
+* ``runner``      — the interface upqueries are answered through (Spark: ``server.upquery``).
+
+Nothing here imports pyspark.
+"""
+
+from partialflow.server.dataflow.facade import Dataflow
+from partialflow.server.dataflow.reads import present
+from partialflow.server.dataflow.runner import FillResults, UpqueryRunner
+
+__all__ = ["Dataflow", "FillResults", "UpqueryRunner", "present"]

@@ -1,0 +1,228 @@
+"""Eviction: holes on demand, under memory pressure, and after join misses.
+
+The ``Evictor`` owns the registry of live states, the LRU of filled partial keys and the
+byte accounting against the memory limit. All methods run on the executor thread under
+its lock.
+
+Evicting a key turns it into a hole and evicts the same key of every state above that was
+filled relying on it; evicting a pending key cancels that fill for the key (the fill
+coordinator re-issues the reads waiting for it). A join lookup that misses an
+evict-on-miss index drops the update and evicts exactly the downstream keys the update
+could have affected.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from cachetools import LRUCache
+
+from partialflow.operators.base import Row
+from partialflow.operators.join import Join
+from partialflow.server.dataflow.publish import Publisher
+from partialflow.server.dataflow.state import State
+from partialflow.server.dataflow.stats import Stats
+
+if TYPE_CHECKING:
+    from partialflow.server.dataflow.fills import FillCoordinator
+    from partialflow.server.dataflow.graph import Node
+
+log = logging.getLogger("partialflow.executor")
+
+
+class Evictor:
+    def __init__(self, memory_limit: int | None, stats: Stats, publisher: Publisher) -> None:
+        self.memory_limit = memory_limit
+        self.stats = stats
+        self.publisher = publisher
+        self.fills: FillCoordinator | None = None  # wired by the executor (cancelling)
+        self.states: dict[int, State] = {}
+        # (sid, fill key) -> bytes, least recently used first; partial keys only.
+        self._lru: LRUCache = LRUCache(maxsize=math.inf)
+        self.partial_bytes = 0
+        self.full_bytes = 0
+
+    # -- registry ----------------------------------------------------------------------
+    def register(self, states: list[State]) -> None:
+        for st in states:
+            self.states[st.sid] = st
+
+    def unregister(self, states: list[State]) -> None:
+        for st in states:
+            self.states.pop(st.sid, None)
+        self.recount_full()
+
+    def recount_full(self) -> None:
+        self.full_bytes = sum(s.memory_bytes for s in self.states.values() if s.mode == "full")
+
+    @property
+    def memory_bytes(self) -> int:
+        return self.partial_bytes + self.full_bytes
+
+    # -- accounting (end of packet) ------------------------------------------------------
+    def account(self, changed: Iterable[tuple[State, Row]]) -> None:
+        """Record the sizes of keys changed in this packet (recently used), then evict
+        least recently used keys until the memory limit holds."""
+        full_changed = False
+        for st, fk in changed:
+            if st.mode == "full":
+                full_changed = True
+                continue
+            if not st.is_filled(fk):
+                continue  # evicted again in the same packet
+            size = st.size_of(fk)
+            old = self._lru.pop((st.sid, fk), 0)
+            self._lru[(st.sid, fk)] = size
+            self.partial_bytes += size - old
+        if full_changed:
+            self.recount_full()
+        self.enforce_memory()
+
+    def lru_sizes(self) -> dict[tuple[int, Row], int]:
+        """(sid, fill key) -> bytes accounted, least recently used first (for checks)."""
+        return dict(self._lru.items())
+
+    def touch(self, st: State, fk: Row) -> None:
+        """A read hit: mark the key recently used."""
+        key = (st.sid, fk)
+        if key in self._lru:
+            self._lru[key]  # LRUCache moves it to the most recent end on access
+
+    def set_memory_limit(self, limit: int | None) -> None:
+        self.memory_limit = limit
+        self.enforce_memory()
+
+    def enforce_memory(self) -> None:
+        if self.memory_limit is None:
+            return
+        pinned: list[tuple[tuple[int, Row], int]] = []
+        while self.partial_bytes + self.full_bytes > self.memory_limit and self._lru:
+            (sid, fk), size = self._lru.popitem()  # least recently used
+            st = self.states.get(sid)
+            if st is not None and _pinned(st, fk):
+                pinned.append(((sid, fk), size))
+                continue
+            self.partial_bytes -= size
+            if st is not None:
+                self.stats.count("memory_evictions")
+                self.evict(st, fk)
+        for key, size in pinned:  # back in (as recently used: a fill is relying on them)
+            self._lru[key] = size
+
+    # -- evicting ------------------------------------------------------------------------
+    def evict(self, st: State, fk: Row) -> None:
+        """Make ``fk`` a hole in ``st`` and in every state above filled relying on it."""
+        if st.mode == "full":
+            return
+        if st.is_filled(fk):
+            st.mark_hole(fk)
+            if st.node.view is not None:
+                self.publisher.changed(st, fk)
+            # partial_bytes sums the sizes recorded in the LRU; keys changed in this packet
+            # but not yet recorded are skipped by ``account`` once they are holes.
+            self.partial_bytes -= self._lru.pop((st.sid, fk), 0)
+            self.stats.count("evictions")
+            for v in st.node.users if st.node.view is not None else ():
+                self.stats.count_view(v, "evictions")
+        fill = st.pending_fill(fk)
+        if fill is not None:
+            assert self.fills is not None
+            self.fills.cancel(fill, fk)
+        for d in st.dependents:
+            self.evict(d, fk)
+
+    def evict_key(self, reader_state: State, fk: Row) -> int:
+        """Evict a view key and every partial state below it with the same key; returns
+        1 if the reader's key was filled or pending, else 0."""
+        n = 0
+        stack, seen = [reader_state], set()
+        while stack:
+            st = stack.pop()
+            if st.sid in seen:
+                continue
+            seen.add(st.sid)
+            if st.lookup(fk) != "hole":
+                n += st is reader_state
+                self.evict(st, fk)
+            stack.extend(st.below)
+        return n
+
+    def forget(self, st: State) -> None:
+        """A dropped state: every partial key becomes a hole (and leaves the LRU)."""
+        if st.mode != "full":
+            for fk in st.filled_keys():
+                self.evict(st, fk)
+
+    def evict_downstream(self, node: Node, pidx: int, row: Row) -> None:
+        """A delta from parent ``pidx`` of ``node`` was dropped: evict every downstream key
+        it could have affected (computable from the row's own columns)."""
+        for st, fk in downstream_keys(node, pidx, row):
+            if fk is None:
+                log.warning("cannot compute key of %s from a dropped update; evicting all of it", st.label)
+                for k in st.filled_keys() + st.pending_keys():
+                    self.evict(st, k)
+            else:
+                self.evict(st, fk)
+
+
+def _pinned(st: State, fk: Row) -> bool:
+    """Keys a fill in flight relies on are not evicted for memory: evicting them would
+    cancel that fill, and under pressure fills would never complete."""
+    return any(d.is_pending(fk) for d in st.dependents)
+
+
+# -- which downstream keys a dropped delta could affect ----------------------------------
+def downstream_keys(node: Node, pidx: int, row: Row) -> list[tuple[State, Row | None]]:
+    """The nearest states above ``node`` that a delta of ``row`` from parent ``pidx``
+    reaches, each with the fill key it would touch (None when not computable)."""
+    out: list[tuple[State, Row | None]] = []
+    _walk_known(node, pidx, {pc: row[pc] for pc in range(len(row))}, out, through=True)
+    return out
+
+
+def _walk_known(node: Node, pidx: int, known: dict[int, Any], out: list, through: bool = False) -> None:
+    st = node.own
+    if st is not None and not through:
+        out.append((st, _key_from_known(st, node, pidx, known)))
+        return
+    if not through and pidx in node.sides and node.sides[pidx].mode != "full":
+        side = node.sides[pidx]
+        out.append((side, _key_from_known(side, None, pidx, known)))
+    mapped = {}
+    for c in range(len(node.columns)):
+        for p, pc in _sources(node, c, pidx):
+            if p == pidx and pc in known:
+                mapped[c] = known[pc]
+                break
+    for child, cidx in node.children:
+        _walk_known(child, cidx, mapped, out)
+
+
+def _sources(node: Node, c: int, pidx: int) -> list[tuple[int, int]]:
+    """Where output column ``c`` of ``node`` comes from, for the rows a delta from parent
+    ``pidx`` produces. Beyond ``resolve``: every row a right delta of a LEFT JOIN
+    produces or retracts (matched or NULL-padded) has the left join key equal to the
+    delta's right key, though in general a left join's left key column is not the right
+    one (padded rows). Without this, a dropped right delta could not name the keys it
+    affects, and every key above would be evicted."""
+    op = node.op
+    assert op is not None
+    found = op.resolve(c)
+    if isinstance(op, Join) and pidx == 1 and c < op.left_width and c in op.left_key:
+        found = found + [(1, op.right_key[op.left_key.index(c)])]
+    return found
+
+
+def _key_from_known(st: State, node: Node | None, pidx: int, known: dict[int, Any]) -> Row | None:
+    fk = []
+    for c in st.partial_cols:
+        if node is not None and node.view is None:
+            srcs = [pc for p, pc in node.op.resolve(c) if p == pidx]  # type: ignore[union-attr]
+            c = srcs[0] if srcs else None
+        if c is None or c not in known:
+            return None
+        fk.append(known[c])
+    return tuple(fk)

@@ -1,0 +1,428 @@
+"""The executor: one thread that applies every change to the dataflow in order.
+
+Packets (``packets.py``) — a write's deltas (tagged with its LSN), upquery replies,
+misses to fill, evictions and graph changes — are processed strictly one at a time, so
+every state changes at well-defined LSN boundaries. The ordering rules (DESIGN.md,
+"Ordering"), and where they live:
+
+* an update that meets a **hole** is dropped there (``_apply_rows``, ``_process``);
+* an update that meets a **pending** key with LSN > the fill's snapshot V is held by the
+  fill (same places); when the reply lands, the fill's states are filled bottom-up with
+  the reply and the held updates are replayed in LSN order (``FillCoordinator.finish``
+  and ``replay``); updates with LSN <= V are already in the reply;
+* evicting a pending key cancels the fill for that key (the reply is discarded there and
+  the read re-issued: ``Evictor.evict`` -> ``FillCoordinator.cancel``);
+* evicting a key evicts every state above that was filled relying on it (``Evictor``).
+
+Readers of filled keys don't queue behind writes: they read what ``Publisher`` published
+at the end of the last packet, or take the lock between packets.
+
+The executor normally runs its own thread (``start()``). Tests may run it *stepped*
+(``start(threaded=False)``): packets then run only when ``run_pending()`` is called, on the
+caller's thread, which makes every interleaving reproducible.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from itertools import groupby
+from typing import Any
+
+from partialflow.operators.base import Delta, Row
+from partialflow.server.dataflow.evictor import Evictor
+from partialflow.server.dataflow.fill import Captured, Held, HeldJoin, HeldNode, HeldRows
+from partialflow.server.dataflow.fills import FillCoordinator
+from partialflow.server.dataflow.graph import Graph, Node
+from partialflow.server.dataflow.packets import Call, FillDone, Miss, Packet, Stop, Tick, Write
+from partialflow.server.dataflow.publish import Publisher
+from partialflow.server.dataflow.runner import UpqueryRunner
+from partialflow.server.dataflow.state import State, StateAccess
+from partialflow.server.dataflow.stats import Stats
+from partialflow.server.errors import DeadlineExceeded
+
+log = logging.getLogger("partialflow.executor")
+
+EXPIRY_EVERY = 0.5  # seconds between deadline checks while packets keep coming
+
+# Deltas arriving at a node: (node, parent index, deltas).
+Items = list[tuple[Node, int, list[Delta]]]
+
+
+class Executor:
+    def __init__(self, graph: Graph, runner: UpqueryRunner, *, memory_limit: int | None,
+                 upquery_timeout: float, start_lsn: int,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.graph = graph
+        self.clock = clock
+        self.applied_lsn = start_lsn
+        self.lock = threading.RLock()
+        self.lsn_changed = threading.Condition(self.lock)
+        self._queue: queue.Queue[Packet] = queue.Queue()
+        self.stats = Stats()
+        self.publisher = Publisher(start_lsn)
+        self.evictor = Evictor(memory_limit, self.stats, self.publisher)
+        self.fills = FillCoordinator(self, runner, self.stats, upquery_timeout=upquery_timeout, clock=clock)
+        self.evictor.fills = self.fills
+        # Keys filled or changed by the current packet: accounted (LRU, bytes) and
+        # republished (readers) when it ends. A dict, not a set: states hash by identity,
+        # and the LRU order must not depend on memory addresses (reproducible runs).
+        self._changed: dict[tuple[State, Row], None] = {}
+        # Called on the executor thread as fn(event, fields), e.g. ("upquery", {"view",
+        # "ms", "ok"}) when a fill finishes; for metrics. Keep them cheap.
+        self.observers: list[Callable[[str, dict], None]] = []
+        # When a timer will next poke the loop. Set by the executor thread, cleared by
+        # the timer's thread: guarded by its own lock (the executor's may be held long).
+        self._wake: float | None = None
+        self._wake_lock = threading.Lock()
+        self._threaded = True
+        self._running = False
+        self._last_expiry = clock()
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def start(self, threaded: bool = True) -> None:
+        self._threaded = threaded
+        self._running = True
+        if threaded:
+            self._thread = threading.Thread(target=self._loop, name="executor", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._running = False
+        self._queue.put(Stop())
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    # -- entering packets --------------------------------------------------------------
+    def submit(self, packet: Packet) -> None:
+        """Queue a packet (any thread)."""
+        self._queue.put(packet)
+
+    def call(self, fn: Callable[[], Any]) -> Future:
+        """Run ``fn`` on the executor thread, in order with everything else."""
+        fut: Future = Future()
+        self._queue.put(Call(fn, fut))
+        if not self._threaded:
+            self.run_pending()
+        return fut
+
+    def wake_at(self, when: float) -> None:
+        """Have the loop run (and issue gathered misses) at ``when`` even if no packet comes."""
+        with self._wake_lock:
+            if self._wake is not None and self._wake <= when:
+                return
+            self._wake = when
+        if not self._threaded:
+            return  # run_pending ticks once the clock has passed it
+        t = threading.Timer(max(0.0, when - self.clock()), self._poke, args=(when,))
+        t.daemon = True
+        t.start()
+
+    def next_wake(self) -> float | None:
+        """When the loop next wants a tick (stepped tests advance their clock to it)."""
+        with self._wake_lock:
+            return self._wake
+
+    def _poke(self, when: float) -> None:
+        with self._wake_lock:
+            if self._wake == when:
+                self._wake = None
+        self.submit(Tick())
+
+    # -- waiting (reading threads) -----------------------------------------------------
+    def wait_event(self, event: threading.Event, timeout: float) -> bool:
+        """Wait for a read's ``event`` (set on the executor thread). Stepped, the
+        caller runs what is queued instead: whatever can't happen then never will."""
+        if self._threaded:
+            return event.wait(timeout)
+        self.run_pending()
+        return event.is_set()
+
+    def wait_for(self, lsn: int, deadline: float) -> None:
+        """Block until the published rows reflect ``lsn`` (read-your-writes)."""
+        if not self._threaded:
+            self.run_pending()
+        pub = self.publisher
+        if pub.lsn >= lsn:  # the common case needs no lock
+            return
+        with self.lsn_changed:
+            while pub.lsn < lsn:
+                left = deadline - time.monotonic()
+                if left <= 0 or not self._threaded:
+                    raise DeadlineExceeded(f"timed out waiting for LSN {lsn} (applied: {self.applied_lsn})")
+                self.lsn_changed.wait(min(left, 0.5))
+
+    # -- the loop ----------------------------------------------------------------------
+    def _loop(self) -> None:
+        while self._running:
+            try:
+                packet = self._queue.get(timeout=0.2)
+            except queue.Empty:
+                self._run(Tick(), expire=True)  # deadlines bite when idle too
+                continue
+            if isinstance(packet, Stop):
+                break
+            self._run(packet)
+
+    def run_pending(self) -> int:
+        """Stepped mode: run every queued packet (and a tick if a wake time has passed)
+        on this thread; returns how many ran."""
+        n = 0
+        while True:
+            try:
+                packet = self._queue.get_nowait()
+            except queue.Empty:
+                with self._wake_lock:
+                    due = self._wake is not None and self.clock() >= self._wake
+                    if due:
+                        self._wake = None
+                if not due:
+                    return n
+                packet = Tick()
+            if not isinstance(packet, Stop):
+                self._run(packet)
+                n += 1
+
+    def _run(self, packet: Packet, expire: bool = False) -> None:
+        with self.lock:
+            t0 = time.perf_counter_ns()
+            try:
+                self._handle(packet)
+                # Deadlines must bite under steady writes too, not only when idle. Before
+                # after_packet: misses waiting for a fill slot go out in this packet.
+                if expire or self.clock() - self._last_expiry > EXPIRY_EVERY:
+                    self._last_expiry = self.clock()
+                    self.fills.expire()
+                self.after_packet()
+            except Exception:  # never let one packet kill the executor
+                log.exception("executor packet %s failed", type(packet).__name__)
+            self.stats.count("busy_ns", time.perf_counter_ns() - t0)
+            self.lsn_changed.notify_all()
+
+    def _handle(self, packet: Packet) -> None:
+        if isinstance(packet, Write):
+            rec = packet.record
+            base = self.graph.bases.get(rec.table)
+            if base is not None and base.children:
+                deltas = list(zip(rec.rows, rec.diffs))
+                self._propagate([(c, i, deltas) for c, i in base.children], rec.lsn)
+            self.applied_lsn = rec.lsn
+            self.stats.count("writes_applied")
+        elif isinstance(packet, Miss):
+            for k in packet.keys:
+                self.fills.want(packet.state, k, packet.waiter)
+        elif isinstance(packet, FillDone):
+            self.fills.finish(packet.fill, packet.results, packet.error)
+        elif isinstance(packet, Call):
+            try:
+                packet.future.set_result(packet.fn())
+            except Exception as e:
+                packet.future.set_exception(e)
+        # Tick: nothing to apply; after_packet issues what was waiting for its window.
+
+    def after_packet(self) -> None:
+        """End of a packet: account and republish what changed, keep the memory limit,
+        issue gathered misses, publish for lock-free readers."""
+        self._account_changes()
+        self.fills.issue_wanted()
+        if self._changed:  # keys derived from filled state while issuing (no upquery)
+            self._account_changes()
+        self.account_reads()
+        self.publisher.publish(self.applied_lsn)
+
+    def _account_changes(self) -> None:
+        changed, self._changed = self._changed, {}
+        for st, fk in changed:
+            if st.node.view is not None:
+                self.publisher.changed(st, fk)
+        self.evictor.account(changed)
+
+    def account_reads(self) -> None:
+        """LRU recency and hit/miss counters of lock-free reads (caller holds the lock)."""
+        for st, fk, hit in self.publisher.drain_reads():
+            if hit:
+                self.stats.count_view(st.node.view, "hits")  # type: ignore[arg-type]
+                self.evictor.touch(st, fk)
+            else:
+                self.stats.count_view(st.node.view, "misses")  # type: ignore[arg-type]
+
+    # -- what the fill coordinator needs (FillHost) ------------------------------------
+    def changed(self, st: State, fk: Row) -> None:
+        """``fk`` of ``st`` was filled or changed in this packet."""
+        self._changed[(st, fk)] = None
+
+    def observe(self, event: str, fields: dict) -> None:
+        for fn in self.observers:
+            try:
+                fn(event, fields)
+            except Exception:  # a metrics hook must never break the executor
+                log.exception("observer failed")
+
+    def replay(self, held: list[Held]) -> None:
+        """Apply a fill's held updates (in LSN order) now that its keys are filled.
+        Consecutive updates held by one node from one input are one batch again, as when
+        they first arrived."""
+        for (lsn, kind, _, _), group in groupby(held, key=lambda h: h.batch_key()):
+            items = list(group)
+            if kind == "rows":
+                for h in items:
+                    assert isinstance(h, HeldRows)
+                    self._apply_rows(h.state, h.delta, lsn)
+                continue
+            first = items[0]
+            assert isinstance(first, (HeldNode, HeldJoin))
+            captured = {k: v for h in items for k, v in h.captured.items()} if isinstance(first, HeldJoin) else None  # type: ignore[union-attr]
+            self._propagate([(first.node, first.parent, [h.delta for h in items])], lsn, captured)  # type: ignore[union-attr]
+
+    # -- propagation -------------------------------------------------------------------
+    def _propagate(self, items: Items, lsn: int, captured: Captured | None = None) -> None:
+        """Push deltas up the graph in topological order (node ids are topological).
+        ``captured``: the items are held join deltas being replayed (see _process)."""
+        inbox: dict[int, list[tuple[int, list[Delta]]]] = {}
+        heap: list[int] = []
+
+        def push(node: Node, pidx: int, deltas: list[Delta]) -> None:
+            if not deltas:
+                return
+            if node.nid not in inbox:
+                inbox[node.nid] = []
+                heapq.heappush(heap, node.nid)
+            inbox[node.nid].append((pidx, deltas))
+
+        replayed = {node.nid for node, _, _ in items} if captured is not None else set()
+        for node, pidx, deltas in items:
+            push(node, pidx, deltas)
+        while heap:
+            nid = heapq.heappop(heap)
+            node = self.graph.nodes.get(nid)
+            batches = inbox.pop(nid)
+            if node is None:
+                continue
+            for pidx, deltas in sorted(batches, key=lambda b: b[0]):
+                if nid in replayed:
+                    out = self._replay_join(node, pidx, deltas, captured or {})
+                else:
+                    out = self._process(node, pidx, deltas, lsn)
+                if out:
+                    for child, cidx in node.children:
+                        push(child, cidx, out)
+
+    def _replay_join(self, node: Node, pidx: int, deltas: list[Delta], captured: Captured) -> list[Delta]:
+        """Compute held join deltas now that the side they missed is filled. The side
+        indexes outside the fill were captured when the deltas were held (they have moved
+        on since), and the delta's own side was updated then, so it is not touched here."""
+        out = node.op.on_input(pidx, deltas, _CapturedAccess(node, captured))  # type: ignore[union-attr]
+        for m in out.misses:  # the side was evicted meanwhile: drop, evict what it affects
+            self.stats.count("join_misses")
+            self.evictor.evict_downstream(node, pidx, m.delta[0])
+        return out.deltas
+
+    def _process(self, node: Node, pidx: int, deltas: list[Delta], lsn: int) -> list[Delta]:
+        if node.view is not None:
+            assert node.own is not None
+            for d in deltas:
+                self._apply_rows(node.own, d, lsn)
+            return []
+        op = node.op
+        assert op is not None
+        st = node.own
+        if st is not None:  # a grouped operator: only groups whose key is filled go in
+            passed = []
+            for d in deltas:
+                fk = st.fill_key_of_index(op.input_group(pidx, d[0]))  # type: ignore[attr-defined]
+                if st.is_filled(fk):
+                    passed.append(d)
+                else:
+                    fill = st.pending_fill(fk)
+                    if fill is not None and lsn > fill.lsn:
+                        fill.hold(HeldNode(lsn, fk, node, pidx, d))
+            if not passed:
+                return []
+            out = op.on_input(pidx, passed, StateAccess(node))
+            for group, entry in out.writes.items():
+                fk = st.fill_key_of_index(group)
+                st.set_entry(fk, group, entry, op.entry_size(entry) if entry is not None else 0)  # type: ignore[attr-defined]
+                self._changed[(st, fk)] = None
+            for group in out.exhausted:
+                self.stats.count("exhausted")
+                self.evictor.evict(st, st.fill_key_of_index(group))
+            return out.deltas
+        out = op.on_input(pidx, deltas, StateAccess(node))
+        for m in out.misses:
+            side = node.sides[m.side]
+            fk = side.fill_key_of_index(m.key)
+            fill = side.pending_fill(fk)
+            if fill is not None and side.mode != "miss" and lsn > fill.lsn:
+                # Trace mode: the downstream keys are pending in the same fill. Hold the
+                # computation until the missed side is filled, with the other sides' rows
+                # as they are now (the replay must not see their later updates, which reach
+                # the pending keys on their own). The delta's own side is updated now like
+                # any other: deltas from the other side meanwhile must see this one.
+                fill.hold(HeldJoin(lsn, fk, node, pidx, m.delta, _capture(node, m.side, m.key)))
+                continue
+            self.stats.count("join_misses")
+            # The update can't be computed: drop it and evict what it could affect; an
+            # evict-on-miss index then fills the key it missed.
+            self.evictor.evict_downstream(node, pidx, m.delta[0])
+            if side.mode == "miss":
+                self.fills.want(side, fk, None)
+        own_side = node.sides.get(pidx)
+        if own_side is not None:
+            for d in deltas:
+                self._apply_rows(own_side, d, lsn)
+        return out.deltas
+
+    def _apply_rows(self, st: State, d: Delta, lsn: int) -> None:
+        row, sign = d
+        fk = st.fill_key_of_row(row)
+        bucket = st.bucket(fk)
+        if bucket is not None:
+            st.apply_row(bucket, fk, row, sign)
+            self._changed[(st, fk)] = None
+            return
+        fill = st.pending_fill(fk)
+        if fill is not None and lsn > fill.lsn:
+            fill.hold(HeldRows(lsn, fk, st, d))
+
+    # -- views coming and going (on the executor thread) -------------------------------
+    def register_states(self, states: list[State]) -> None:
+        self.evictor.register(states)
+
+    def forget_states(self, states: list[State]) -> None:
+        for st in states:
+            self.evictor.forget(st)
+            self.fills.forget(st)
+            if st.node.view is not None:
+                self.publisher.forget(st)
+        self.evictor.unregister(states)
+
+
+def _capture(node: Node, missed: int, key: Row) -> Captured:
+    out = {}
+    for s, side in node.sides.items():
+        if s != missed:
+            rows = side.rows_at(key)
+            if rows is not None:
+                out[(s, key)] = rows
+    return out
+
+
+class _CapturedAccess(StateAccess):
+    """Join lookups for a replayed held delta: captured rows where there are some, the
+    (now filled) index otherwise."""
+
+    __slots__ = ("captured",)
+
+    def __init__(self, node: Node, captured: Captured) -> None:
+        super().__init__(node)
+        self.captured = captured
+
+    def lookup(self, side: int, key: Row) -> list[Row] | None:
+        rows = self.captured.get((side, key))
+        return rows if rows is not None else self.node.sides[side].rows_at(key)

@@ -1,0 +1,285 @@
+"""The dataflow facade the engine talks to: views, lookups, eviction, explain, stats.
+
+It plans views (planner), installs them in the graph and loads their full state (through
+the executor, in order with writes), and serves reads (``reads.py``). Upqueries go to the
+injected runner (``runner.py``): the engine passes the Spark one, tests a Python model.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from partialflow.operators.base import Row
+from partialflow.server.dataflow.executor import Executor
+from partialflow.server.dataflow.fill import Waiter
+from partialflow.server.dataflow.graph import Graph, Reader
+from partialflow.server.dataflow.materialize import states_of
+from partialflow.server.dataflow.packets import Write
+from partialflow.server.dataflow.reads import Param, Read, check_key, parameters
+from partialflow.server.dataflow.runner import UpqueryRunner
+from partialflow.server.errors import (
+    AlreadyExists,
+    DeadlineExceeded,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    ResourceExhausted,
+)
+from partialflow.server.planner import Planner, ViewPlan
+
+log = logging.getLogger("partialflow.dataflow")
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+
+# fn(view, key, rows, lsn) for every key a lookup served.
+ReadObserver = Callable[[str, Row, list[Row], int], None]
+
+
+class Dataflow:
+    """``storage``: the base tables (subscribe, snapshot LSNs, catalog of tables and
+    persisted views); ``runner``: answers upqueries."""
+
+    def __init__(self, storage: Any, runner: UpqueryRunner, *, memory_limit: int | None = None,
+                 upquery_timeout: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.storage = storage
+        self.graph = Graph()
+        self.runner = runner
+        self.executor = Executor(self.graph, runner, memory_limit=memory_limit,
+                                 upquery_timeout=upquery_timeout, start_lsn=storage.last_lsn, clock=clock)
+        self.memory_limit = memory_limit
+        self.upquery_timeout = upquery_timeout
+        self.deps: dict[str, set[str]] = {}  # view -> views it is defined over
+        self._params: dict[str, list[Param | None]] = {}  # view -> its parameters' types
+        self._ddl = threading.Lock()
+        # Called for every key a lookup served (rows as returned), on the reading thread.
+        # For the background verifier; keep them cheap.
+        self.read_observers: list[ReadObserver] = []
+        executor = self.executor
+        storage.subscribe(lambda rec: executor.submit(Write(rec)))
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def start(self, threaded: bool = True) -> None:
+        """Start the executor (``threaded=False``: stepped, for tests) and the runner, and
+        re-create the persisted views (their state starts empty)."""
+        self.executor.start(threaded)
+        self.runner.start()
+        for name, sql in self.storage.views():
+            try:
+                self._create(name, sql, persist=False)
+            except Exception as e:
+                log.error("could not re-create view %s: %s", name, e)
+
+    def close(self) -> None:
+        self.executor.stop()
+        self.runner.close()
+
+    # -- views -------------------------------------------------------------------------
+    def create_view(self, name: str, sql: str) -> None:
+        if not _IDENT.match(name or ""):
+            raise InvalidArgument(f"view name {name!r} is not a plain identifier (letters, digits, _; at most 64)")
+        with self._ddl:
+            self._create(name.lower(), sql, persist=True)
+
+    def _create(self, name: str, sql: str, persist: bool) -> None:
+        if name in self.graph.readers:
+            raise AlreadyExists(f"view {name!r} already exists")
+        if self._table_columns(name) is not None:
+            raise AlreadyExists(f"{name!r} is already a table")
+        used: set[str] = set()
+        plan = Planner(self._table_columns, lambda v: self._view_plan(v, used)).plan(sql)
+        params = parameters(plan, self._column_info)
+        ex = self.executor
+        waiter = ex.call(lambda: self._install(name, sql, plan)).result()
+        self._params[name] = params
+        if waiter is not None:
+            if not ex.wait_event(waiter.event, self.upquery_timeout * 10):
+                waiter.error = DeadlineExceeded(f"loading the full state of view {name!r} timed out")
+            if waiter.error is not None:
+                self._remove(name)
+                raise waiter.error
+        full = ex.evictor.full_bytes
+        if self.memory_limit is not None and full > self.memory_limit:
+            self._remove(name)
+            raise ResourceExhausted(f"view {name!r} needs {full} bytes of full state, more than the memory limit of {self.memory_limit} bytes")
+        self.deps[name] = used
+        if persist:
+            self.storage.save_view(name, sql)
+
+    def explain_create(self, name: str, sql: str) -> str:
+        """A dry run of CREATE VIEW: is it supported, and how would it be maintained?
+
+        Plans the view and decides its materialization in a scratch graph (so nothing is
+        created and nothing is shared with existing views), and returns the operator
+        tree with each state partial or full, its key, and why."""
+        if not _IDENT.match(name or ""):
+            raise InvalidArgument(f"view name {name!r} is not a plain identifier (letters, digits, _; at most 64)")
+        used: set[str] = set()
+        plan = Planner(self._table_columns, lambda v: self._view_plan(v, used)).plan(sql)
+        scratch = Graph()
+        scratch.add_view(name.lower(), sql, plan)
+        return scratch.explain(name.lower(), live=False)
+
+    def _install(self, name: str, sql: str, plan: ViewPlan) -> Waiter | None:
+        """On the executor thread: add the view's nodes, start loading its full state."""
+        reader, new_full = self.graph.add_view(name, sql, plan)
+        self.executor.register_states([st for n in reader.nodes for st in states_of(n)])
+        return self.executor.fills.load_full(new_full) if new_full else None
+
+    def _remove(self, name: str) -> None:
+        ex = self.executor
+        ex.call(lambda: ex.forget_states(self.graph.remove_view(name))).result()
+        self.deps.pop(name, None)
+        self._params.pop(name, None)
+
+    def drop_view(self, name: str) -> None:
+        name = name.lower()
+        with self._ddl:
+            if name not in self.graph.readers:
+                raise NotFound(f"unknown view {name!r}")
+            users = sorted(v for v, d in self.deps.items() if name in d)
+            if users:
+                raise FailedPrecondition(f"view {name!r} is used by view(s) {', '.join(users)}; drop those first")
+            self._remove(name)
+            self.storage.drop_view(name)
+
+    def check_drop_table(self, table: str) -> None:
+        users = self.graph.users_of_table(table.lower())
+        if users:
+            raise FailedPrecondition(f"table {table!r} is used by view(s) {', '.join(users)}; drop those first")
+
+    def _table_columns(self, name: str) -> tuple[str, ...] | None:
+        try:
+            return self.storage.table(name).column_names
+        except NotFound:
+            return None
+
+    def _column_info(self, table: str, col: int) -> tuple[str, str] | None:
+        try:
+            c = self.storage.table(table).columns[col]
+        except (NotFound, IndexError):
+            return None
+        return c.name, c.type
+
+    def _view_plan(self, name: str, used: set[str]) -> ViewPlan | None:
+        reader = self.graph.readers.get(name)
+        if reader is None:
+            return None
+        used.add(name)
+        return reader.plan
+
+    def _reader(self, view: str) -> Reader:
+        reader = self.graph.readers.get(view.lower())
+        if reader is None:
+            known = ", ".join(sorted(self.graph.readers)) or "none"
+            raise NotFound(f"unknown view {view!r}; views are: {known}")
+        return reader
+
+    # -- reads -------------------------------------------------------------------------
+    def begin_read(self, view: str, keys: list[Any]) -> Read:
+        """Check the keys and start a read of them (it may wait for fills: see ``Read``).
+        Everything is checked before anything is queued."""
+        reader = self._reader(view)
+        params = self._params.get(reader.name)
+        checked = [check_key(reader, k, params) for k in keys]
+        return Read(self.executor, reader, checked)
+
+    def lookup(self, view: str, keys: list[tuple], *, min_lsn: int | None,
+               timeout: float) -> tuple[list[str], list[tuple[list[tuple], int]]]:
+        """The view's columns and, per key, its rows and the LSN they are exact at."""
+        deadline = time.monotonic() + timeout
+        reader = self._reader(view)
+        params = self._params.get(reader.name)
+        checked = [check_key(reader, k, params) for k in keys]
+        ex = self.executor
+        if min_lsn:
+            ex.wait_for(min_lsn, deadline)
+        read = Read(ex, reader, checked).start()
+        while read.waiter is not None:
+            if not ex.wait_event(read.waiter.event, max(0.0, deadline - time.monotonic())):
+                raise DeadlineExceeded(f"lookup in view {reader.name!r} timed out waiting for an upquery")
+            read.resume()
+        out = read.answer()
+        for fn in self.read_observers:
+            for k, (rows, lsn) in zip(checked, out):
+                fn(reader.name, k, rows, lsn)
+        return reader.plan.columns, out
+
+    def corrupt_for_test(self, view: str, key: Any) -> bool:
+        """Test-only: plant a wrong answer (an extra copy of a row, or a made-up row) in one
+        filled key of a view's reader, so tests can show the checkers catch it. Refused
+        unless the server runs with PARTIALFLOW_TEST_HOOKS=1."""
+        if os.environ.get("PARTIALFLOW_TEST_HOOKS") != "1":
+            raise FailedPrecondition("test hooks are disabled (set PARTIALFLOW_TEST_HOOKS=1)")
+        reader = self._reader(view)
+        k = check_key(reader, key)
+        st = reader.state
+
+        def go() -> bool:
+            bucket = st.bucket(k)
+            if bucket is None:
+                return False
+            rows = st.bucket_rows(k)
+            row = rows[0] if rows else tuple(k) + (None,) * (len(reader.node.columns) - len(k))
+            st.apply_row(bucket, k, row, 1)
+            self.executor.changed(st, k)
+            return True
+
+        return self.executor.call(go).result()
+
+    # -- eviction and memory -----------------------------------------------------------
+    def evict(self, view: str, key: tuple | None) -> int:
+        reader = self._reader(view)
+        st = reader.state
+        ex = self.executor
+
+        def go() -> int:
+            keys = st.filled_keys() if key is None else [check_key(reader, key)]
+            return sum(ex.evictor.evict_key(st, k) for k in keys)
+
+        return ex.call(go).result()
+
+    def set_memory_limit(self, limit: int | None) -> None:
+        """Change the memory limit (evicting at once if over it)."""
+        self.memory_limit = limit
+        ex = self.executor
+        ex.call(lambda: ex.evictor.set_memory_limit(limit)).result()
+
+    # -- introspection -----------------------------------------------------------------
+    def explain(self, view: str) -> tuple[str, str]:
+        reader = self._reader(view)
+        with self.executor.lock:
+            return self.graph.explain(reader.name), self.graph.dot(reader.name)
+
+    def stats(self) -> dict:
+        ex = self.executor
+        with ex.lock:
+            ex.account_reads()
+            views = {}
+            for name, reader in self.graph.readers.items():
+                c = ex.stats.view(name)
+                views[name] = {
+                    "keys_filled": reader.state.keys_filled,
+                    "hits": c["hits"],
+                    "misses": c["misses"],
+                    "upqueries": c["upqueries"],
+                    "evictions": c["evictions"],
+                    "memory_bytes": sum(st.memory_bytes for st in reader.states()),
+                }
+            ev = ex.evictor
+            return {
+                "lsn": ex.applied_lsn,
+                "memory_limit": self.memory_limit or 0,
+                "memory_bytes": ev.partial_bytes + ev.full_bytes,
+                "partial_bytes": ev.partial_bytes,
+                "full_bytes": ev.full_bytes,
+                "views": views,
+                "upquery_ms": ex.stats.upquery_percentiles(),
+                "spark_jobs": self.runner.jobs,
+                "state_anomalies": sum(st.anomalies for st in ev.states.values()),
+                **dict(ex.stats.counters),
+            }

@@ -1,0 +1,326 @@
+"""The fill coordinator: turning misses into upqueries and replies into filled state.
+
+It owns everything about fills: the keys *wanted* (misses gathering into the next fill),
+the fills *in flight* (per requesting state, and all of them for deadlines), what each
+fill *holds*, and the coalescing window. All methods run on the executor thread under its
+lock; the executor (``FillHost``) supplies its position (the LSN a fill's snapshot is
+taken at), propagation (to replay held updates) and end-of-packet accounting.
+
+A miss is *wanted*; a wanted key is issued as a fill — the key plus every hole below it on
+its trace path, all from one snapshot LSN — unless a state below is still pending, in
+which case it waits. A reply fills the states bottom-up (from the runner's rows, or
+derived in Python from a grouped state below through filter/project nodes), then replays
+the updates held meanwhile in LSN order, then answers the waiting reads.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Protocol
+
+from partialflow.operators.base import Row
+from partialflow.server.dataflow.fill import Fill, Held, Waiter
+from partialflow.server.dataflow.packets import FillDone, Packet
+from partialflow.server.dataflow.runner import FillResults, UpqueryRunner
+from partialflow.server.dataflow.state import State, StateAccess
+from partialflow.server.dataflow.stats import Stats
+from partialflow.server.errors import DeadlineExceeded, Unavailable
+
+log = logging.getLogger("partialflow.executor")
+
+# A state's misses gather until none came for GATHER_QUIET seconds (at most GATHER_MAX
+# after the first), then go out as one fill; at most MAX_FILLS_PER_STATE fills of one
+# state run at once (the rest wait).
+GATHER_QUIET = 0.005
+GATHER_MAX = 0.05
+MAX_FILLS_PER_STATE = 2
+
+
+class FillHost(Protocol):
+    """What the coordinator needs from the executor."""
+
+    applied_lsn: int
+
+    def submit(self, packet: Packet) -> None: ...
+    def changed(self, st: State, fk: Row) -> None: ...
+    def replay(self, held: list[Held]) -> None: ...
+    def wake_at(self, when: float) -> None: ...
+    def observe(self, event: str, fields: dict) -> None: ...
+
+
+class FillCoordinator:
+    def __init__(self, host: FillHost, runner: UpqueryRunner, stats: Stats, *,
+                 upquery_timeout: float, clock: Callable[[], float]) -> None:
+        self.host = host
+        self.runner = runner
+        self.stats = stats
+        self.upquery_timeout = upquery_timeout
+        self.clock = clock
+        self.wanted: dict[State, dict[Row, list[Waiter]]] = {}
+        # state sid -> (first, last) time a key was wanted since its last fill was issued
+        self._miss_times: dict[int, tuple[float, float]] = {}
+        self.inflight: dict[int, list[Fill]] = {}  # requester sid -> its fills in flight
+        # Every fill in flight, for deadlines (a dict: ordered by issue, not by address).
+        self.active: dict[Fill, None] = {}
+
+    # -- misses ------------------------------------------------------------------------
+    def want(self, st: State, fk: Row, waiter: Waiter | None) -> None:
+        """``fk`` of ``st`` is needed (by ``waiter``, or by an evict-on-miss index)."""
+        status = st.lookup(fk)
+        if status == "hit":
+            if waiter is not None:
+                self.answer(st, fk, [waiter])
+            return
+        if status == "pending":
+            if waiter is not None:
+                st.pending_fill(fk).waiters.setdefault(fk, []).append(waiter)  # type: ignore[union-attr]
+            return
+        now = self.clock()
+        first, _ = self._miss_times.get(st.sid, (now, now))
+        self._miss_times[st.sid] = (first, now)
+        ws = self.wanted.setdefault(st, {}).setdefault(fk, [])
+        if waiter is not None:
+            ws.append(waiter)
+
+    def issue_wanted(self) -> None:
+        """Issue wanted keys as fills, gathering concurrent misses first: a state's wanted
+        keys go out once misses have paused for GATHER_QUIET (or GATHER_MAX after the
+        first of them), as one upquery. A lone cold read waits GATHER_QUIET; a burst of
+        64 concurrent cold reads costs about one upquery instead of two or more (with
+        more jobs, they only slow each other down on a small machine). Misses that
+        arrive while a fill is in flight gather the same way into a second concurrent
+        fill; at most MAX_FILLS_PER_STATE run at once."""
+        now = self.clock()
+        wake = None
+        for st in list(self.wanted):
+            if len(self.inflight.get(st.sid, ())) >= MAX_FILLS_PER_STATE:
+                continue  # issued when one finishes
+            times = self._miss_times.get(st.sid)  # None: keys left over, due already
+            due = now if times is None else min(times[0] + GATHER_MAX, times[1] + GATHER_QUIET)
+            if now >= due:
+                self._miss_times.pop(st.sid, None)
+                self._issue(st)
+            else:
+                wake = due if wake is None else min(wake, due)
+        if wake is not None:
+            self.host.wake_at(wake)
+
+    def _closure(self, st: State, fk: Row) -> list[State] | None:
+        """``st`` and every hole below it at ``fk``; None while one below is pending."""
+        out = [st]
+        stack = list(st.below)
+        while stack:
+            m = stack.pop()
+            if m.is_filled(fk) or m in out:
+                continue
+            if m.is_pending(fk):
+                return None
+            out.append(m)
+            stack.extend(m.below)
+        return out
+
+    def _issue(self, st: State) -> None:
+        wanted = self.wanted.get(st)
+        if not wanted:
+            self.wanted.pop(st, None)
+            return
+        fill = Fill(requester=st, lsn=self.host.applied_lsn, started=self.clock())
+        for fk in list(wanted):
+            if st.lookup(fk) != "hole":  # filled or claimed meanwhile
+                for w in wanted.pop(fk):
+                    self.want(st, fk, w)
+                continue
+            states = self._closure(st, fk)
+            if states is None:
+                continue  # a state below is pending: wait for it
+            # States derivable from filled state are derived now, bottom-up, not with the
+            # reply: a source outside the fill keeps moving while the upquery runs, and
+            # deriving from it later would count the updates held meanwhile twice.
+            pending = []
+            for x in sorted(states, key=lambda s: s.node.nid):
+                if x.source is not None and x.source[0].is_filled(fk):
+                    self._derive(x, [fk])
+                    self.host.changed(x, fk)
+                else:
+                    pending.append(x)
+            if not pending:
+                self.answer(st, fk, wanted.pop(fk))
+                continue
+            fill.waiters[fk] = wanted.pop(fk)
+            for x in pending:
+                fill.add(x, fk)
+        if not wanted:
+            self.wanted.pop(st, None)
+        if not fill.keys:
+            return
+        fill.roots = [x for x in fill.keys if x.source is None]
+        self.stats.count("fills")
+        if fill.roots:
+            for v in st.node.users if st.node.view is not None else ():
+                self.stats.count_view(v, "upqueries")
+        if not fill.roots:
+            self.finish(fill, {}, None)  # derivable from filled state: no upquery
+            return
+        self.inflight.setdefault(st.sid, []).append(fill)
+        self.stats.count("upqueries")
+        self._submit(fill)
+
+    def load_full(self, states: list[State]) -> Waiter:
+        """Load new full states with one fill at the current LSN (view creation)."""
+        fill = Fill(requester=states[0], lsn=self.host.applied_lsn, started=self.clock())
+        waiter = Waiter({()})
+        fill.waiters[()] = [waiter]
+        for x in states:
+            fill.add(x, ())
+        fill.roots = list(states)
+        self.stats.count("full_loads")
+        self._submit(fill)
+        return waiter
+
+    def _submit(self, fill: Fill) -> None:
+        self.active[fill] = None
+        host = self.host
+        try:
+            self.runner.submit(fill, lambda f, r, e: host.submit(FillDone(f, r, e)))
+        except Exception as e:  # e.g. no snapshot at that LSN: fail the reads, not the loop
+            log.warning("upquery %d could not start: %s", fill.fid, e)
+            self.finish(fill, None, e)
+
+    # -- replies -----------------------------------------------------------------------
+    def finish(self, fill: Fill, results: FillResults | None, error: BaseException | None) -> None:
+        """Apply the runner's reply: fill, replay what was held, answer the reads."""
+        if fill.dead:
+            return
+        self._retire(fill)
+        ms = (self.clock() - fill.started) * 1000
+        self.stats.record_upquery(ms)
+        self.host.observe("upquery", {"view": fill.requester.node.view, "ms": ms, "ok": error is None})
+        if error is not None:
+            self._fail(fill, error)
+            return
+        assert results is not None
+        for x in sorted(fill.keys, key=lambda s: s.node.nid):
+            keys = [k for k in fill.keys[x] if k not in fill.cancelled and x.pending_fill(k) is fill]
+            if x.source is None:
+                self._load(x, keys, results[x.sid])
+            else:
+                self._derive(x, keys)
+            for k in keys:
+                x.clear_pending(k, fill)
+                self.host.changed(x, k)
+        # Replay what was held in the order it happened.
+        self.host.replay(fill.held_in_order())
+        st = fill.requester
+        for fk, ws in fill.waiters.items():
+            if st.is_filled(fk):
+                self.answer(st, fk, ws)
+            else:
+                for w in ws:
+                    self.want(st, fk, w)
+
+    def answer(self, st: State, fk: Row, waiters: list[Waiter]) -> None:
+        """Deliver a filled key's rows to the reads waiting for it, at the applied LSN."""
+        rows = st.bucket_rows(fk) if st.kind == "rows" else []
+        for w in waiters:
+            w.deliver(fk, rows, self.host.applied_lsn)
+
+    def _retire(self, fill: Fill) -> None:
+        """``fill`` is no longer in flight (answered, failed or aborted)."""
+        self.active.pop(fill, None)
+        fills = self.inflight.get(fill.requester.sid)
+        if fills and fill in fills:
+            fills.remove(fill)
+            if not fills:
+                del self.inflight[fill.requester.sid]
+        fill.dead = True
+
+    def _fail(self, fill: Fill, error: BaseException) -> None:
+        for x, keys in fill.keys.items():
+            for k in keys:
+                x.clear_pending(k, fill)
+        err = error if isinstance(error, (DeadlineExceeded, Unavailable)) else Unavailable(
+            f"upquery failed: {str(error).splitlines()[0] if str(error) else type(error).__name__}")
+        for ws in fill.waiters.values():
+            for w in ws:
+                w.fail(err)
+        self.stats.count("upquery_failures")
+
+    # -- giving up on keys or fills ----------------------------------------------------
+    def cancel(self, fill: Fill, fk: Row) -> None:
+        """``fk`` was evicted while ``fill`` was filling it: the reply is discarded for
+        that key everywhere and its reads wanted again."""
+        fill.cancelled.add(fk)
+        for x, keys in fill.keys.items():
+            if fk in keys:
+                x.clear_pending(fk, fill)
+        for w in fill.waiters.pop(fk, []):
+            self.want(fill.requester, fk, w)
+        self.stats.count("fills_cancelled")
+
+    def expire(self) -> None:
+        """Abort fills past their deadline (their reads fail with DeadlineExceeded)."""
+        now = self.clock()
+        for fill in list(self.active):
+            if now - fill.started > self.upquery_timeout:
+                self.host.observe("upquery", {"view": fill.requester.node.view, "ms": (now - fill.started) * 1000, "ok": False})
+                self.abort(fill, DeadlineExceeded(f"upquery for {fill.label()} exceeded {self.upquery_timeout:g}s"))
+
+    def abort(self, fill: Fill, error: Exception) -> None:
+        """Give up on a fill before its reply: its keys become holes again everywhere (a
+        reply arriving later is ignored) and its reads fail with ``error``."""
+        if fill.dead:
+            return
+        self._retire(fill)
+        self.runner.cancel(fill)
+        self._fail(fill, error)
+
+    def forget(self, st: State) -> None:
+        """A dropped state. A fill of it may also fill shared states below it: abort it
+        properly, or those keys would stay pending (holding updates) for good."""
+        for fill in st.pending_fills():
+            self.abort(fill, Unavailable("the view was dropped while this read waited for it"))
+        st.forget_pending()
+        self.wanted.pop(st, None)
+
+    # -- filling states ----------------------------------------------------------------
+    def _load(self, st: State, keys: list[Row], rows: list[Row]) -> None:
+        """Fill ``keys`` of a root state from the runner's rows."""
+        keyset = set(keys)
+        for k in keys:
+            st.fill(k)
+        if st.kind == "rows":
+            for row in rows:
+                fk = st.fill_key_of_row(row)
+                if fk in keyset:
+                    st.apply_row(st.bucket(fk), fk, row, 1)  # type: ignore[arg-type]
+            return
+        op = st.node.op
+        for group, entry in op.load_entries(rows).items():  # type: ignore[union-attr]
+            fk = st.fill_key_of_index(group)
+            if fk in keyset:
+                st.set_entry(fk, group, entry, op.entry_size(entry))  # type: ignore[union-attr]
+
+    def _derive(self, st: State, keys: list[Row]) -> None:
+        """Fill ``st`` from its source state through filter/project nodes, in Python."""
+        assert st.source is not None
+        src, chain = st.source
+        sop = src.node.op
+        for k in keys:
+            deltas = [(r, 1) for g, e in src.entries(k) for r in sop.output_rows(g, e)]  # type: ignore[union-attr]
+            for n in chain:
+                deltas = n.op.on_input(0, deltas, StateAccess(n)).deltas  # type: ignore[union-attr]
+            bucket = st.fill(k)
+            if st.kind == "rows":
+                for row, sign in deltas:
+                    st.apply_row(bucket, k, row, sign)
+                continue
+            op = st.node.op
+            out = op.on_input(0, deltas, StateAccess(st.node, bucket))  # type: ignore[union-attr]
+            for group, entry in out.writes.items():
+                if entry is not None:
+                    st.set_entry(k, group, entry, op.entry_size(entry))  # type: ignore[union-attr]
+            if not op.group_columns() and () not in bucket and hasattr(op, "initial_entry"):  # type: ignore[union-attr]
+                # A global aggregate always has its one group, even over no rows.
+                entry = op.initial_entry()  # type: ignore[union-attr]
+                st.set_entry(k, (), entry, op.entry_size(entry))  # type: ignore[union-attr]

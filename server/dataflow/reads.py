@@ -1,0 +1,202 @@
+"""Reads: checking a lookup's keys, answering them at one LSN, presenting the rows.
+
+A lookup of filled keys is answered from what the executor published (no lock, no
+queueing behind writes). Keys that miss are handed to the executor (a ``Miss`` packet)
+and the read waits for their fills; then every key is read again under the lock, so a
+batch is answered at one LSN — never an old answer of one key next to a newer one of
+another. ``Read`` is that protocol as an object with explicit steps, so the blocking
+facade (``Dataflow.lookup``) and the stepped tests drive the same code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from partialflow.operators.base import Row
+from partialflow.server.dataflow.executor import Executor
+from partialflow.server.dataflow.fill import Waiter
+from partialflow.server.dataflow.graph import Reader
+from partialflow.server.dataflow.packets import Miss
+from partialflow.server.errors import InvalidArgument
+from partialflow.server.planner import PlanNode, ViewPlan
+
+MAX_ATTEMPTS = 5  # rounds of misses one read asks for (keys evicted meanwhile are re-asked)
+
+Answer = tuple[list[Row], int]  # rows of one key and the LSN they are exact at
+
+
+# -- keys ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Param:
+    """A view parameter: the column it compares (its name) and that column's type."""
+
+    name: str
+    type: str  # BIGINT / DOUBLE / TEXT / BOOLEAN
+
+
+# (table, column index) -> (column name, column type), or None for an unknown table.
+ColumnInfo = Callable[[str, int], "tuple[str, str] | None"]
+
+
+def parameters(plan: ViewPlan, column_info: ColumnInfo) -> list[Param | None]:
+    """The parameters of a view, traced to the base columns they compare (None when a
+    parameter is computed, or its sources disagree on the type: not checked)."""
+    out: list[Param | None] = []
+    for col in plan.key:
+        sources = [column_info(t, c) for t, c in _sources(plan.root, col)]
+        types = {s[1] for s in sources if s is not None}
+        if sources and None not in sources and len(types) == 1:
+            out.append(Param(sources[0][0], types.pop()))  # type: ignore[index]
+        else:
+            out.append(None)
+    return out
+
+
+def _sources(pn: PlanNode, col: int) -> list[tuple[str, int]]:
+    """The base-table columns that column ``col`` of ``pn``'s output is copied from."""
+    if pn.op is None:
+        assert pn.table is not None
+        return [(pn.table, col)]
+    found: list[tuple[str, int]] = []
+    for p, pc in pn.op.resolve(col):
+        found += _sources(pn.parents[p], pc)
+    return found
+
+
+def check_key(reader: Reader, key: Any, params: list[Param | None] | None = None) -> Row:
+    """A key as a tuple of the view's arity; with ``params``, each value must fit its
+    parameter's type (the rules storage applies to writes). NULL is allowed: it answers
+    empty, as ``col = NULL`` is never true."""
+    key = tuple(key) if isinstance(key, (tuple, list)) else (key,)
+    n = len(reader.plan.key)
+    if len(key) != n:
+        raise InvalidArgument(f"view {reader.name!r} takes {n} parameter(s), got a key of {len(key)}: {key!r}")
+    for i, (value, param) in enumerate(zip(key, params or ())):
+        if value is not None and param is not None and not _fits(param.type, value):
+            raise InvalidArgument(
+                f"view {reader.name!r} parameter {i + 1} ({param.name}) is {param.type}, "
+                f"got {value!r} ({type(value).__name__})")
+    return key
+
+
+def _fits(ctype: str, value: Any) -> bool:
+    # Storage's own validator, so a key is refused exactly when the same value would be
+    # refused in a write. Imported here, not at the top: storage's schema module pulls in
+    # pyarrow and Spark types, and the dataflow core must import without them.
+    from partialflow.server.storage.schema import _BadValue, coerce_column
+
+    try:
+        coerce_column(ctype, [value])
+    except _BadValue:
+        return False
+    return True
+
+
+# -- answering -----------------------------------------------------------------------------
+class Read:
+    """One lookup of ``keys`` (checked, distinct order kept) in ``reader``'s view.
+
+    ``start()`` answers what it can; while ``waiter`` is set the read waits for it, and
+    ``resume()`` (once ``waiter.event`` is set) takes the filled keys and re-reads every
+    key at one LSN, asking again for keys evicted meanwhile. ``done`` then ``answer()``."""
+
+    def __init__(self, executor: Executor, reader: Reader, keys: list[Row]) -> None:
+        self.ex = executor
+        self.reader = reader
+        self.keys = keys
+        self.results: dict[Row, Answer] = {}
+        self.waiter: Waiter | None = None
+        self.attempts = 0
+
+    @property
+    def done(self) -> bool:
+        return self.waiter is None
+
+    def start(self) -> Read:
+        ex, st = self.ex, self.reader.state
+        misses: list[Row] = []
+        fast = ex.publisher.read(st, self.keys)
+        if fast is not None:
+            got, lsn = fast
+            for k, rows in got.items():
+                if any(v is None for v in k):  # `col = NULL` is never true in SQL
+                    self.results[k] = ([], lsn)
+                elif rows is not None:
+                    self.results[k] = (list(rows), lsn)
+                    ex.publisher.log_read(st, k, True)
+                else:
+                    misses.append(k)
+                    ex.publisher.log_read(st, k, False)
+        else:
+            with ex.lock:
+                ex.account_reads()
+                lsn = ex.applied_lsn
+                counters = ex.stats.view(self.reader.name)
+                for k in dict.fromkeys(self.keys):
+                    if any(v is None for v in k):
+                        self.results[k] = ([], lsn)
+                    elif st.is_filled(k):
+                        self.results[k] = (st.bucket_rows(k), lsn)
+                        ex.evictor.touch(st, k)
+                        counters["hits"] += 1
+                    else:
+                        misses.append(k)
+                counters["misses"] += len(misses)
+        self._ask(misses)
+        return self
+
+    def _ask(self, misses: list[Row]) -> None:
+        if not misses or self.attempts >= MAX_ATTEMPTS:
+            self.waiter = None
+            return
+        self.attempts += 1
+        self.waiter = Waiter(set(misses))
+        self.ex.submit(Miss(self.reader.state, misses, self.waiter))
+
+    def resume(self) -> None:
+        """The waiter is done: take its rows (or raise its error), then answer every key
+        at the LSN the fills completed at."""
+        waiter = self.waiter
+        assert waiter is not None and waiter.event.is_set()
+        if waiter.error is not None:
+            self.waiter = None
+            raise waiter.error
+        self.results.update(waiter.results)
+        st = self.reader.state
+        misses = []
+        with self.ex.lock:
+            lsn = self.ex.applied_lsn
+            for k in self.results:
+                if st.is_filled(k):
+                    self.results[k] = (st.bucket_rows(k), lsn)
+                elif any(v is None for v in k):
+                    self.results[k] = ([], lsn)
+                else:
+                    misses.append(k)  # evicted meanwhile: ask again
+        self._ask(misses)
+
+    def answer(self) -> list[Answer]:
+        """Per key (in the order asked), the rows as the caller sees them and their LSN."""
+        plan = self.reader.plan
+        return [(present(plan, self.results[k][0]), self.results[k][1]) for k in self.keys]
+
+
+def present(plan: ViewPlan, rows: list[Row]) -> list[Row]:
+    """Rows as the caller sees them: sorted, limited, hidden columns removed."""
+    if not rows and plan.empty_row is not None:
+        return [plan.empty_row]
+    rows = list(rows)
+    if plan.order:
+        # Ties are broken by all columns ascending, as top-k does, so answers are stable.
+        rows.sort(key=lambda r: tuple([(v is not None, v) for v in r]))
+    for pos, desc in reversed(plan.order):
+        # SQL's default NULL order: first when ascending, last when descending.
+        rows.sort(key=lambda r: (r[pos] is not None, r[pos]), reverse=desc)
+    if plan.limit is not None:
+        rows = rows[: plan.limit]
+    vis = plan.visible
+    if len(vis) == len(rows[0]) if rows else True:
+        return rows
+    return [tuple([r[i] for i in vis]) for r in rows]

@@ -1,0 +1,13 @@
+"""The Spark side of upqueries: compile a state's subgraph to one Spark plan, run fills.
+
+* ``runner``         — ``SparkUpqueryRunner``, the dataflow's ``UpqueryRunner`` on Spark;
+* ``state_plans``    — a state's rows for a set of keys (keys pushed down to the scans);
+* ``operator_plans`` — each operator as a Spark plan;
+* ``faults``         — test-only injected scan failures, hangs and delays.
+"""
+
+from partialflow.server.upquery.faults import FaultInjector
+from partialflow.server.upquery.runner import SparkUpqueryRunner
+from partialflow.server.upquery.state_plans import MANY_KEYS, keep_keys, key_filter
+
+__all__ = ["MANY_KEYS", "FaultInjector", "SparkUpqueryRunner", "keep_keys", "key_filter"]

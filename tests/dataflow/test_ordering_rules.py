@@ -1,0 +1,282 @@
+"""The ordering rules one at a time, each in a chosen interleaving (no JVM, no threads).
+
+DESIGN.md, "Ordering": updates that reach a pending key after the fill's snapshot are
+held and replayed once the reply lands; updates at or before it are in the reply;
+evicting a pending key discards the reply there and re-issues the read; a failed or
+lost reply fails the reads and leaves a hole; concurrent misses share one fill.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from partialflow.server.errors import DeadlineExceeded, InvalidArgument, Unavailable
+
+from harness import Harness
+
+COUNT = "SELECT k, COUNT(*) AS n, SUM(v) AS total FROM t WHERE k = ? GROUP BY k"
+JOIN = "SELECT a.k, a.v, b.w FROM a JOIN b ON a.k = b.k WHERE a.k = ?"
+LEFT_JOIN = "SELECT a.k, a.v, b.w FROM a LEFT JOIN b ON a.k = b.k WHERE a.k = ?"
+TIMEOUT = 5.0
+
+
+def _count_view(**kw) -> Harness:
+    h = Harness(upquery_timeout=TIMEOUT, **kw)
+    h.table("t", [("k", "BIGINT"), ("v", "BIGINT")], [(k, v) for k in range(4) for v in range(3)])
+    h.view("v", COUNT)
+    return h
+
+
+def _join_views(sql: str) -> Harness:
+    h = Harness(upquery_timeout=TIMEOUT)
+    h.table("a", [("k", "BIGINT"), ("v", "BIGINT")], [(1, 10), (1, 11), (2, 20), (5, 50)])
+    h.table("b", [("k", "BIGINT"), ("w", "BIGINT")], [(1, 100), (2, 200)])
+    h.view("v", sql)
+    return h
+
+
+def _issue(h: Harness) -> None:
+    """Run the queue and close the gathering window, so wanted keys go out as fills."""
+    h.run()
+    h.clock.advance(0.006)
+    h.run()
+
+
+def _assert_exact(h: Harness, view: str, keys: list, answers: list) -> None:
+    for key, (rows, lsn) in zip(keys, answers):
+        problem = h.mismatch(view, key, rows, lsn)
+        assert problem is None, problem
+
+
+def _finish_all(h: Harness) -> None:
+    h.settle()
+    problems = h.check_quiet() + h.check_states()
+    assert not problems, "\n".join(problems)
+
+
+def test_writes_during_a_fill_are_held_and_replayed_once() -> None:
+    h = _count_view()
+    read = h.begin("v", [(1,)])
+    _issue(h)
+    [sub] = h.runner.pending
+    snapshot = sub.fill.lsn
+    h.model.write("t", inserts=[(1, 7), (1, 8)])
+    h.model.write("t", deletes=[(1, 0)])
+    h.model.write("t", inserts=[(1, 9)], deletes=[(1, 7)])
+    h.run()  # the writes reach the pending key: held (LSN > the snapshot)
+    assert len(sub.fill.held) > 0 and all(x.lsn > snapshot for x in sub.fill.held)
+    h.runner.deliver()
+    h.run()
+    read.resume()
+    [(rows, lsn)] = read.answer()
+    assert lsn == h.model.lsn and rows == [(1, 3 + 2 - 1, 0 + 1 + 2 + 7 + 8 - 0 + 9 - 7)]
+    _assert_exact(h, "v", [(1,)], read.answer())
+    _finish_all(h)
+
+
+def test_evicting_a_pending_key_discards_the_reply_and_asks_again() -> None:
+    h = _count_view()
+    read = h.begin("v", [(2,)])
+    _issue(h)
+    assert len(h.runner.pending) == 1
+    h.df.evict("v", (2,))  # cancels the fill for that key; the read is wanted again
+    h.model.write("t", inserts=[(2, 40)])
+    h.runner.deliver()  # the first reply: discarded for the cancelled key
+    _issue(h)
+    assert not read.waiter.event.is_set() and len(h.runner.pending) == 1
+    h.runner.deliver()
+    h.run()
+    read.resume()
+    assert read.done
+    _assert_exact(h, "v", [(2,)], read.answer())
+    assert read.answer()[0][0] == [(2, 4, 0 + 1 + 2 + 40)]
+    assert h.ex.stats.counters["fills_cancelled"] == 1
+    _finish_all(h)
+
+
+def test_a_failed_reply_fails_the_read_and_leaves_a_hole() -> None:
+    h = _count_view()
+    read = h.begin("v", [(3,)])
+    _issue(h)
+    h.runner.fail()
+    h.run()
+    with pytest.raises(Unavailable, match="upquery failed"):
+        read.resume()
+    assert h.df._reader("v").state.lookup((3,)) == "hole"
+    _assert_exact(h, "v", [(3,)], h.lookup("v", [(3,)]))  # a retry works
+    _finish_all(h)
+
+
+def test_a_lost_reply_fails_the_read_at_its_deadline_and_a_late_reply_is_ignored() -> None:
+    h = _count_view()
+    read = h.begin("v", [(3,)])
+    _issue(h)
+    [lost] = h.runner.pending
+    h.runner.pending.clear()
+    h.clock.advance(TIMEOUT + 1)
+    h.model.write("t", inserts=[(3, 1)])  # any packet: deadlines are checked after it
+    h.run()
+    with pytest.raises(DeadlineExceeded, match="exceeded"):
+        read.resume()
+    assert lost.fill.fid in h.runner.cancelled
+    lost.reply(lost.fill, h.runner.answer(lost.fill), None)  # arrives after all: ignored
+    h.run()
+    assert h.df._reader("v").state.lookup((3,)) == "hole"
+    _assert_exact(h, "v", [(3,)], h.lookup("v", [(3,)]))
+    _finish_all(h)
+
+
+def test_concurrent_misses_gather_into_one_fill_and_replies_may_come_in_any_order() -> None:
+    h = _count_view()
+    first = [h.begin("v", [(k,)]) for k in (0, 1)]
+    h.run()
+    h.clock.advance(0.001)
+    first.append(h.begin("v", [(2,), (0,)]))
+    _issue(h)
+    [one] = h.runner.pending
+    assert one.fill.keys[h.df._reader("v").state.source[0]] == {(0,), (1,), (2,)}
+    h.model.write("t", inserts=[(0, 5), (3, 5)])
+    second = h.begin("v", [(3,)])  # a second fill of the same state, at a later LSN
+    _issue(h)
+    assert len(h.runner.pending) == 2
+    h.model.write("t", inserts=[(3, 6), (0, 6)])
+    h.runner.deliver(1)  # the later fill answers first
+    h.run()
+    h.runner.deliver(0)
+    h.run()
+    for read in first + [second]:
+        read.resume()
+        assert read.done
+        _assert_exact(h, "v", read.keys, read.answer())
+    _finish_all(h)
+
+
+def test_a_join_delta_meeting_a_pending_index_key_is_held_until_it_is_filled() -> None:
+    h = _join_views(JOIN)
+    _assert_exact(h, "v", [(1,)], h.lookup("v", [(1,)]))
+    reader = h.df._reader("v").state
+    join = reader.below[0].node
+    ex = h.ex
+    ex.call(lambda: ex.evictor.evict(join.sides[1], (1,))).result()  # only b's index at 1
+    assert join.sides[0].is_filled((1,)) and reader.lookup((1,)) == "hole"
+    read = h.begin("v", [(1,)])
+    _issue(h)
+    assert join.sides[1].is_pending((1,))
+    h.model.write("a", inserts=[(1, 12)])  # meets the pending b index: held
+    h.model.write("b", inserts=[(1, 101)], deletes=[(1, 100)])
+    h.run()
+    h.runner.deliver()
+    h.run()
+    read.resume()
+    _assert_exact(h, "v", [(1,)], read.answer())
+    assert sorted(read.answer()[0][0]) == [(1, 10, 101), (1, 11, 101), (1, 12, 101)]
+    _finish_all(h)
+
+
+def test_a_right_write_to_a_left_join_at_a_cold_key_evicts_nothing() -> None:
+    """Regression: a right delta of a LEFT JOIN whose left key is a hole was dropped with
+    'cannot compute key ... evicting all of it': every key of the view became a hole on
+    each such write (the left key of the rows it affects is the delta's right key)."""
+    h = _join_views(LEFT_JOIN)
+    _assert_exact(h, "v", [(1,), (2,)], h.lookup("v", [(1,), (2,)]))
+    reader = h.df._reader("v").state
+    h.model.write("b", inserts=[(5, 500)])  # key 5 is a hole on the left
+    h.run()
+    assert sorted(reader.filled_keys()) == [(1,), (2,)]
+    assert h.ex.stats.counters["evictions"] == 0
+    h.model.write("b", deletes=[(1, 100)])  # a filled key: updated in place, still exact
+    h.run()
+    answers = h.lookup("v", [(1,), (5,)])
+    _assert_exact(h, "v", [(1,), (5,)], answers)
+    assert answers[0][0] == [(1, 10, None), (1, 11, None)]
+    _finish_all(h)
+
+
+def test_lookup_keys_are_checked_before_anything_is_queued() -> None:
+    h = _count_view()
+    with pytest.raises(InvalidArgument, match=r"view 'v' parameter 1 \(k\) is BIGINT, got 'x' \(str\)"):
+        h.df.begin_read("v", [(1,), ("x",)])
+    with pytest.raises(InvalidArgument, match="takes 1 parameter"):
+        h.df.begin_read("v", [(1, 2)])
+    assert h.run() == 0 and not h.runner.pending
+    assert h.lookup("v", [(None,)]) == [([], h.model.lsn)]
+
+
+def test_misses_waiting_for_a_fill_slot_go_out_when_fills_expire() -> None:
+    """Regression: at most MAX_FILLS_PER_STATE fills of a state run at once; a miss beyond
+    that waits for one to finish. When the fills in flight were given up at their
+    deadline instead, the waiting miss was not issued until some later packet (a write):
+    on a quiet server the read waited out its own deadline."""
+    from partialflow.server.dataflow.fills import MAX_FILLS_PER_STATE
+    from partialflow.server.dataflow.packets import Tick
+
+    h = _count_view()
+    lost = []
+    for k in range(MAX_FILLS_PER_STATE):
+        lost.append(h.begin("v", [(k,)]))
+        _issue(h)
+    assert len(h.runner.pending) == MAX_FILLS_PER_STATE
+    h.runner.pending.clear()  # their replies never come
+    waiting = h.begin("v", [(3,)])
+    _issue(h)
+    assert not h.runner.pending  # no slot: wanted
+    h.clock.advance(TIMEOUT + 1)
+    h.ex.submit(Tick())  # what the idle executor does every 0.2 s
+    h.run()
+    for read in lost:
+        with pytest.raises(DeadlineExceeded):
+            read.resume()
+    h.clock.advance(0.006)
+    h.run()
+    assert len(h.runner.pending) == 1  # the waiting miss went out
+    h.runner.deliver()
+    h.run()
+    waiting.resume()
+    _assert_exact(h, "v", [(3,)], waiting.answer())
+    _finish_all(h)
+
+
+MIN_MAX = "SELECT k, MIN(v) AS lo, MAX(v) AS hi FROM t WHERE k = ? GROUP BY k"
+
+
+def _min_max_view() -> Harness:
+    h = Harness(upquery_timeout=TIMEOUT)
+    h.table("t", [("k", "BIGINT"), ("v", "BIGINT")], [(0, v) for v in range(6)] + [(1, 5)])
+    h.view("v", MIN_MAX, candidates=(2, 1))  # MIN/MAX keep 2 values per group
+    return h
+
+
+def test_min_max_groups_whose_candidates_run_out_are_refilled() -> None:
+    h = _min_max_view()
+    assert h.lookup("v", [(0,)])[0][0] == [(0, 0, 5)]
+    h.model.write("t", deletes=[(0, 0)])
+    h.model.write("t", deletes=[(0, 1)])  # both kept minimums gone, 4 values unseen
+    h.run()
+    assert h.ex.stats.counters["exhausted"] == 1
+    assert h.df._reader("v").state.lookup((0,)) == "hole"
+    answers = h.lookup("v", [(0,), (1,)])
+    _assert_exact(h, "v", [(0,), (1,)], answers)
+    assert answers[0][0] == [(0, 2, 5)]
+    _finish_all(h)
+
+
+def test_candidates_running_out_while_held_updates_replay_refill_the_key() -> None:
+    """The deletes reach the key while its fill is in flight (held); replayed after the
+    reply, they exhaust the fresh candidates: the key becomes a hole again at once and
+    the read is asked again, never answered from the exhausted group."""
+    h = _min_max_view()
+    read = h.begin("v", [(0,)])
+    _issue(h)
+    h.model.write("t", deletes=[(0, 0)])
+    h.model.write("t", deletes=[(0, 1)])
+    h.run()
+    h.runner.deliver()
+    h.run()
+    assert h.ex.stats.counters["exhausted"] == 1 and not read.waiter.event.is_set()
+    _issue(h)
+    h.runner.deliver()
+    h.run()
+    read.resume()
+    _assert_exact(h, "v", [(0,)], read.answer())
+    assert read.answer()[0][0] == [(0, 2, 5)]
+    _finish_all(h)
