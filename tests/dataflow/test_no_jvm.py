@@ -30,7 +30,7 @@ def test_a_stepped_dataflow_on_the_model_starts_no_jvm() -> None:
     _run(
         "import sys\n"
         "sys.path.insert(0, '.')\n"
-        "from harness import Harness\n"
+        "from stepped import Harness\n"
         "h = Harness()\n"
         "h.table('a', [('k', 'BIGINT'), ('v', 'BIGINT')], [(1, 2), (1, 3), (2, 5)])\n"
         "h.view('v', 'SELECT k, SUM(v) AS total FROM a WHERE k = ? GROUP BY k')\n"

@@ -12,7 +12,7 @@ import pytest
 
 from partialflow.server.errors import DeadlineExceeded, InvalidArgument, Unavailable
 
-from harness import Harness
+from stepped import Harness
 
 COUNT = "SELECT k, COUNT(*) AS n, SUM(v) AS total FROM t WHERE k = ? GROUP BY k"
 JOIN = "SELECT a.k, a.v, b.w FROM a JOIN b ON a.k = b.k WHERE a.k = ?"

@@ -28,7 +28,7 @@ from partialflow.server.dataflow.packets import Tick
 from partialflow.server.dataflow.reads import Read
 from partialflow.server.errors import DeadlineExceeded, Unavailable
 
-from harness import Harness
+from stepped import Harness
 from scenarios import SCENARIOS, Scenario
 
 settings.register_profile(
