@@ -10,7 +10,7 @@ columns follow the group's row count in a state row (see ``server/upquery/operat
 
     COUNT_STAR  0 columns        (the group's row count)
     COUNT       1: non-null count
-    SUM, AVG    2: non-null count, sum (NULL when no values)
+    SUM, AVG    3: non-null count, sum of the finite values, [NaN, +inf, -inf counts]
     MIN, MAX    2: non-null count, array of (value, multiplicity) of the best distinct
                    values (all of them when candidates is None)
 """
@@ -23,7 +23,7 @@ from partialflow.operators.base import Row
 from partialflow.operators.candidates import Candidates, ascending, descending
 from partialflow.operators.grouped import Exhausted
 from partialflow.operators.sizes import value_size
-from partialflow.operators.values import INT64_MAX, INT64_MIN, wrap
+from partialflow.operators.values import INT64_MAX, INT64_MIN, NAN, wrap
 
 Diff = tuple[Any, int]
 
@@ -92,48 +92,91 @@ class Count(CountStar):
         return int(acc[0])
 
 
+_INF = float("inf")
+
+
+def special_kind(v: Any) -> int:
+    """0 for a finite value, else which IEEE special it is: 1 NaN, 2 +inf, 3 -inf."""
+    if v.__class__ is not float or (v == v and v not in (_INF, -_INF)):
+        return 0
+    return 1 if v != v else (2 if v > 0 else 3)
+
+
 class Sum(AggFunc):
-    """State (non-null count, running sum). NULL when no values, like SQL."""
+    """State (non-null count, sum of the finite values, NaN count, +inf count, -inf count).
+    NULL when no values, like SQL.
+
+    A running float sum is not invertible once it meets a special value: inf + -inf is
+    NaN, and NaN - x stays NaN, so deleting the values that made it NaN would never bring
+    the sum back. The specials are counted instead, and the result is what a fresh sum
+    gives: NaN if there is a NaN or both infinities, else the infinity, else the sum.
+    """
 
     name = "SUM"
-    width = 2
+    width = 3  # count, finite sum, [NaN count, +inf count, -inf count]
 
-    def initial(self) -> tuple[int, Any]:
-        return (0, 0)
+    def initial(self) -> tuple[int, Any, int, int, int]:
+        return (0, 0, 0, 0, 0)
 
-    def apply(self, state: tuple[int, Any], diffs: list[Diff], candidates: int | None
-              ) -> tuple[int, Any]:
-        n, total = state
+    def apply(self, state: tuple[int, Any, int, int, int], diffs: list[Diff],
+              candidates: int | None) -> tuple[int, Any, int, int, int]:
+        n, total, nan, pinf, ninf = state
         for v, sign in diffs:
             n += sign
-            total = total + v if sign > 0 else total - v
+            kind = special_kind(v)
+            if kind == 0:
+                total = total + v if sign > 0 else total - v
+            elif kind == 1:
+                nan += sign
+            elif kind == 2:
+                pinf += sign
+            else:
+                ninf += sign
             if not n:  # no values left: drop float residue (+x -x can leave 1e-17)
                 total = 0
-        return (n, total)
+        return (n, total, nan, pinf, ninf)
 
-    def result(self, state: tuple[int, Any]) -> Any:
-        n, total = state
+    @staticmethod
+    def _special_result(nan: int, pinf: int, ninf: int) -> float | None:
+        if nan or (pinf and ninf):
+            return NAN  # the one NaN object, so the retraction matches the row emitted
+        if pinf:
+            return _INF
+        return -_INF if ninf else None
+
+    def result(self, state: tuple[int, Any, int, int, int]) -> Any:
+        n, total, nan, pinf, ninf = state
         if not n:
             return None
+        special = self._special_result(nan, pinf, ninf)
+        if special is not None:
+            return special
         if total.__class__ is int and not INT64_MIN <= total <= INT64_MAX:
             return wrap(total, 64)  # Spark's non-ANSI BIGINT sum wraps around
         return total
 
     def load(self, row_count: int, acc: Sequence[Any], candidates: int | None
-             ) -> tuple[int, Any]:
+             ) -> tuple[int, Any, int, int, int]:
         n = int(acc[0])
-        return (n, acc[1]) if n else (0, 0)
+        if not n:
+            return (0, 0, 0, 0, 0)
+        nan, pinf, ninf = (int(c or 0) for c in (acc[2] or (0, 0, 0)))
+        # An all-special group sums no finite value: Spark's SUM over none is NULL.
+        return (n, 0 if acc[1] is None else acc[1], nan, pinf, ninf)
 
-    def size(self, state: tuple[int, Any]) -> int:
-        return 56 + value_size(state[0]) + value_size(state[1])
+    def size(self, state: tuple[int, Any, int, int, int]) -> int:
+        return 88 + value_size(state[0]) + value_size(state[1])
 
 
 class Avg(Sum):
     name = "AVG"
 
-    def result(self, state: tuple[int, Any]) -> float | None:
-        n, total = state
-        return None if not n else float(total) / n
+    def result(self, state: tuple[int, Any, int, int, int]) -> float | None:
+        n, total, nan, pinf, ninf = state
+        if not n:
+            return None
+        special = self._special_result(nan, pinf, ninf)
+        return special if special is not None else float(total) / n
 
 
 class Extremum(AggFunc):

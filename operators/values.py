@@ -31,6 +31,30 @@ STORAGE_TO_SPARK: dict[str, str] = {
 }
 
 
+# The one NaN object rows carry. Python compares floats in a tuple by identity first, then
+# by value, and NaN != NaN: two NaN objects make two different rows, so a row holding a
+# NaN could never be retracted by a delete decoded (or computed) afresh. Spark, like SQL
+# engines generally, treats NaN as equal to itself in grouping and equality; so every
+# NaN entering or produced in the dataflow is replaced by this one object.
+NAN: float = float("nan")
+
+
+def canonical_row(row: tuple) -> tuple:
+    """``row`` with every NaN replaced by ``NAN`` (the same tuple when it has none)."""
+    for v in row:
+        if v != v:  # only NaN is unequal to itself
+            return tuple([NAN if v != v else v for v in row])
+    return row
+
+
+def canonical_values(values: list) -> list:
+    """A DOUBLE column's values with every NaN replaced by ``NAN``."""
+    for v in values:
+        if v != v:
+            return [NAN if v != v else v for v in values]
+    return values
+
+
 def column_type_names() -> str:
     """The accepted spellings grouped by storage type, for error messages."""
     groups: dict[str, list[str]] = {}

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from partialflow.operators.base import Row
 from partialflow.operators.sizes import row_size
+from partialflow.operators.values import canonical_row
 
 if TYPE_CHECKING:
     from partialflow.server.dataflow.fill import Fill
@@ -147,6 +148,9 @@ class State:
     # -- rows states -----------------------------------------------------------------
     def apply_row(self, bucket: Bucket, fk: Row, row: Row, sign: int) -> None:
         """Apply one delta to a filled rows bucket (a bag: row -> multiplicity)."""
+        # Rows computed afresh (an AVG of inf and -inf, a retraction rebuilt from an
+        # aggregate's entry) carry NaN objects of their own; one NaN keeps them one row.
+        row = canonical_row(row)
         ik = self.index_key_of_row(row)
         bag = bucket.get(ik)
         if bag is None:

@@ -17,7 +17,7 @@ import pyarrow as pa
 from pyspark.sql import types as T
 
 from partialflow.operators.values import COLUMN_TYPES as TYPE_SPELLINGS
-from partialflow.operators.values import column_type_names
+from partialflow.operators.values import NAN, canonical_values, column_type_names
 from partialflow.server.errors import InvalidArgument
 
 ColumnType = Literal["BIGINT", "DOUBLE", "TEXT", "BOOLEAN"]
@@ -205,7 +205,8 @@ def _coerce_slow(ctype: str, vals: list[Any]) -> list[Any]:
             if isinstance(v, bool) or not isinstance(v, numbers.Real):
                 raise _BadValue(i, f"expects DOUBLE, got {_short(v)}")
             try:
-                out.append(float(v) + 0.0)
+                f = float(v) + 0.0
+                out.append(NAN if f != f else f)
             except OverflowError:
                 raise _BadValue(i, f"value {_short(v)} is out of the DOUBLE range") from None
         elif ctype == "TEXT":
@@ -231,6 +232,7 @@ def coerce_column(ctype: str, vals: list[Any]) -> tuple[list[Any], bool]:
 
     DOUBLE values are always rebuilt as ``v + 0.0``: that turns ints into floats and -0.0 into
     0.0, because Spark's GROUP BY treats -0.0 and 0.0 as one value and the row index must agree.
+    For the same reason every NaN becomes the one ``NAN`` object (see operators.values).
     """
     types = set(map(type, vals))
     if ctype == "BIGINT":
@@ -241,12 +243,12 @@ def coerce_column(ctype: str, vals: list[Any]) -> tuple[list[Any], bool]:
     elif ctype == "DOUBLE":
         if types <= {float, int}:
             try:
-                return [v + 0.0 for v in vals], True
+                return canonical_values([v + 0.0 for v in vals]), True
             except OverflowError:
                 pass
         elif types <= {float, int, _NONE}:
             try:
-                return [None if v is None else v + 0.0 for v in vals], True
+                return canonical_values([None if v is None else v + 0.0 for v in vals]), True
             except OverflowError:
                 pass
     elif ctype == "TEXT":

@@ -11,7 +11,7 @@ Dispatch is by operator class through the two registries below, one small functi
 operator. State row layouts (the contract with each operator's ``load_entries``):
 
     Aggregate  group values..., row count, per aggregate its accumulators (aggfuncs.py):
-               COUNT_STAR none; COUNT non-null count; SUM/AVG non-null count, sum;
+               COUNT_STAR none; COUNT non-null count; SUM/AVG non-null count, finite sum, special counts;
                MIN/MAX non-null count, array<struct<value, multiplicity>> of the best
                ``candidates`` distinct values (all when None). Always one row for a
                global aggregate, even over no input.
@@ -156,8 +156,15 @@ def _aggregate_state(op: Aggregate, parents: list[DataFrame]) -> DataFrame:
         accs.append(F.count(_c(a.col)).alias(f"_a{i}_n"))
         names.append(f"_a{i}_n")
         if a.func in ("SUM", "AVG"):
-            accs.append(F.sum(_c(a.col)).alias(f"_a{i}_s"))
-            names.append(f"_a{i}_s")
+            # The finite values' sum and the counts of NaN, +inf and -inf apart: a sum
+            # that met them can't be maintained by subtraction (see aggfuncs.Sum).
+            c = _c(a.col)
+            nan, pinf, ninf = F.isnan(c), c == F.lit(float("inf")), c == F.lit(float("-inf"))
+            finite = F.when(nan | pinf | ninf, F.lit(0)).otherwise(c)
+            accs.append(F.sum(finite).alias(f"_a{i}_s"))
+            counts = [F.sum(F.when(cond, F.lit(1)).otherwise(F.lit(0))) for cond in (nan, pinf, ninf)]
+            accs.append(F.array(*counts).alias(f"_a{i}_x"))
+            names += [f"_a{i}_s", f"_a{i}_x"]
         elif a.func in ("MIN", "MAX"):
             names.append(f"_a{i}_v")
             extremes.append((i, a))

@@ -14,6 +14,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from partialflow.operators.values import canonical_row
 from partialflow.server.dataflow.fill import Fill
 from partialflow.server.dataflow.runner import FillResults, Reply
 from partialflow.server.upquery.faults import FaultInjector
@@ -80,7 +81,7 @@ class SparkUpqueryRunner:
                 df = state_frame(st, fill.keys[st], snapshot, {})
                 with self._jobs_lock:
                     self._jobs += 1
-                results[st.sid] = [tuple(r) for r in df.collect()]
+                results[st.sid] = [canonical_row(tuple(r)) for r in df.collect()]
         finally:
             _try(self.spark, "removeTag", tag)
         return results

@@ -79,13 +79,6 @@ def canon(v: Any, ctype: str | None = None) -> Any:
 NAN = ("float", "nan")
 
 
-def without_nan(rows: Counter) -> Counter:
-    """The rows holding no NaN. Views keep a deleted row that holds a NaN (the dataflow's
-    states match rows by equality, and NaN != NaN: see test_wire_fuzz_found.py), so the
-    view checks leave NaN rows to the full-table check, which reads storage."""
-    return Counter({r: n for r, n in rows.items() if NAN not in r})
-
-
 def short(rows: Any, limit: int = 20) -> str:
     """Rows for a failure message: long values cut, at most ``limit`` rows."""
     text = [repr(r) if len(repr(r)) < 300 else repr(r)[:300] + "..." for r in rows]
@@ -920,7 +913,7 @@ class Driver:
             for k, rows in got.items():
                 want = MODEL.with_key(table, k)
                 writes = "\n  ".join(self.unchecked_writes)
-                assert without_nan(rows) == without_nan(want), (
+                assert rows == want, (
                     f"{table} key {k} at LSN {MODEL.last_lsn}:\n"
                     f"  stored {short(rows.elements())}\n"
                     f"  sent   {short(want.elements())}\n  by one of\n  {writes}"
@@ -942,7 +935,7 @@ class Driver:
                 continue
             rows = Counter(canon_row(r) for r in ref_rows(result.rows) + ref_batch(result.batch))
             want = MODEL.with_key(table, values[0])
-            assert without_nan(rows) == without_nan(want), (
+            assert rows == want, (
                 f"lookup answer differs: {short(rows.elements())} vs {short(want.elements())}: "
                 f"{shown}"
             )

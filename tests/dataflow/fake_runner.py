@@ -20,6 +20,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from partialflow.operators.aggfuncs import special_kind
 from partialflow.operators.aggregate import Aggregate
 from partialflow.operators.base import GroupedOperator, Row
 from partialflow.operators.distinct import Distinct
@@ -130,7 +131,9 @@ def _state_rows_of(op: GroupedOperator, group: Row, rows: list[Row]) -> list[Row
             vals = [r[f.col] for r in rows if r[f.col] is not None]
             acc.append(len(vals))
             if f.name in ("SUM", "AVG"):
-                acc.append(sum(vals) if vals else None)
+                finite = [v for v in vals if special_kind(v) == 0]
+                acc.append(sum(finite) if vals else None)
+                acc.append([sum(special_kind(v) == k for v in vals) for k in (1, 2, 3)])
             elif f.name in ("MIN", "MAX"):
                 best = sorted(Counter(vals).items(), key=lambda p: f.key(p[0]))  # type: ignore[attr-defined]
                 acc.append(best[: op.candidates] if op.candidates is not None else best)
