@@ -153,7 +153,7 @@ class InProcServer:
         self.address = ""
 
     def start(self) -> InProcServer:
-        from partialflow.server.main import create_server, engine_of
+        from partialflow.server.app.main import create_server, engine_of
 
         self.server, port = create_server(self.config, spark=self.spark)
         self.engine = engine_of(self.server)
@@ -162,7 +162,7 @@ class InProcServer:
         return self
 
     def stop(self) -> None:
-        from partialflow.server.main import stop_server
+        from partialflow.server.app.main import stop_server
 
         if self.server is not None:
             stop_server(self.server, grace=1.0)

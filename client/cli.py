@@ -62,7 +62,7 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"partialflow serve: error: {err}", file=sys.stderr)
         return 2
     # Imported only now: the server pulls in pyspark, which a usage error need not wait for.
-    from partialflow.server.main import serve
+    from partialflow.server.app.main import serve
 
     return serve(config)
 

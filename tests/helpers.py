@@ -219,7 +219,7 @@ class InProcessServer:
 
     def start(self) -> InProcessServer:
         """Open storage and the dataflow, bind a free port and start serving."""
-        from partialflow.server.main import create_server, engine_of
+        from partialflow.server.app.main import create_server, engine_of
 
         self.server, port = create_server(self.config, spark=self.spark)
         self.engine = engine_of(self.server)
@@ -229,7 +229,7 @@ class InProcessServer:
 
     def stop(self) -> None:
         """Stop serving and close the engine (storage flushes and closes)."""
-        from partialflow.server.main import stop_server
+        from partialflow.server.app.main import stop_server
 
         if self.server is not None:
             stop_server(self.server, grace=1.0)

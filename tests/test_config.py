@@ -14,7 +14,7 @@ import pytest
 from helpers import ServerProcess
 from partialflow.client.cli import build_parser
 from partialflow.server.config import SERVE_OPTIONS, Config, resolve_config
-from partialflow.server.logs import setup_logging
+from partialflow.server.app.logs import setup_logging
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 

@@ -6,7 +6,7 @@ import urllib.request
 
 import pytest
 from helpers import InProcessServer
-from partialflow.server.main import metrics_port_of
+from partialflow.server.app.main import metrics_port_of
 from prometheus_client.parser import text_string_to_metric_families
 
 

@@ -21,7 +21,7 @@ from partialflow.proto import partialflow_pb2_grpc as pb_grpc
 from partialflow.server import errors
 from partialflow.server.config import Config
 from partialflow.server.engine import ResultSet
-from partialflow.server.main import create_server, stop_server
+from partialflow.server.app.main import create_server, stop_server
 
 
 class FakeEngine:

@@ -1,4 +1,4 @@
-"""Client side of the server's test-only TestHooks service (server/testhooks.py).
+"""Client side of the server's test-only TestHooks service (server/app/testhooks.py).
 
 The server refuses these calls with FAILED_PRECONDITION unless it runs with
 ``PARTIALFLOW_TEST_HOOKS=1``; ``FailedPrecondition`` is raised here then.

@@ -31,7 +31,7 @@ from partialflow.server.errors import (
     NotFound,
     ResourceExhausted,
 )
-from partialflow.server.planner import Planner, ViewPlan
+from partialflow.server.sql.planner import Planner, ViewPlan
 
 log = logging.getLogger("partialflow.dataflow")
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")

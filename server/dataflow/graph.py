@@ -17,7 +17,7 @@ from partialflow.operators.join import Join
 from partialflow.server.dataflow import materialize as mz
 from partialflow.server.dataflow.materialize import Req, states_of
 from partialflow.server.dataflow.state import Mode, State
-from partialflow.server.planner import PlanNode, ViewPlan
+from partialflow.server.sql.planner import PlanNode, ViewPlan
 
 
 @dataclass(eq=False)

@@ -20,7 +20,7 @@ from partialflow.server.dataflow.fill import Waiter
 from partialflow.server.dataflow.graph import Reader
 from partialflow.server.dataflow.packets import Miss
 from partialflow.server.errors import InvalidArgument
-from partialflow.server.planner import PlanNode, ViewPlan
+from partialflow.server.sql.planner import PlanNode, ViewPlan
 
 MAX_ATTEMPTS = 5  # rounds of misses one read asks for (keys evicted meanwhile are re-asked)
 

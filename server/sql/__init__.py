@@ -1,6 +1,8 @@
-"""SQL text: parsing statements and saying what is wrong with malformed ones.
+"""SQL: reading statements and planning views.
 
-``parse`` depends on nothing but sqlglot and ``server.errors``, so every layer that reads
-SQL (storage's snapshot queries, the engine's statements, the view planner) parses and
-reports errors the same way.
+* ``parse``   — parse SQL text with sqlglot and describe malformed SQL in the user's
+  terms (a leaf: sqlglot and ``server.errors`` only, so storage uses it too);
+* ``planner`` — a view's SELECT as a tree of operators (``ViewPlan``), names resolved
+  against the catalog;
+* ``binding`` — name scopes, ``?`` parameters, output names and positions for the planner.
 """

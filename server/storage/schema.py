@@ -11,14 +11,16 @@ import numbers
 import re
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Literal, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
 
 import pyarrow as pa
-from pyspark.sql import types as T
 
 from partialflow.operators.values import COLUMN_TYPES as TYPE_SPELLINGS
 from partialflow.operators.values import NAN, canonical_values, column_type_names
 from partialflow.server.errors import InvalidArgument
+
+if TYPE_CHECKING:
+    from pyspark.sql import types as T
 
 ColumnType = Literal["BIGINT", "DOUBLE", "TEXT", "BOOLEAN"]
 
@@ -58,12 +60,15 @@ _ARROW_TYPES: dict[str, pa.DataType] = {
     "TEXT": pa.string(),
     "BOOLEAN": pa.bool_(),
 }
-_SPARK_TYPES: dict[str, T.DataType] = {
-    "BIGINT": T.LongType(),
-    "DOUBLE": T.DoubleType(),
-    "TEXT": T.StringType(),
-    "BOOLEAN": T.BooleanType(),
-}
+
+
+def _spark_type(name: str) -> T.DataType:
+    # Imported here: the write validator below is used by the dataflow's key checks,
+    # which must not load pyspark (JVM-free tests, and reads need no Spark types).
+    from pyspark.sql import types as T
+
+    return {"BIGINT": T.LongType, "DOUBLE": T.DoubleType, "TEXT": T.StringType,
+            "BOOLEAN": T.BooleanType}[name]()
 
 
 def normalize_type(name: str) -> ColumnType:
@@ -117,7 +122,9 @@ class TableSchema:
 
     def spark_schema(self) -> T.StructType:
         """The table's columns as a Spark StructType (all nullable, like SQL columns)."""
-        return T.StructType([T.StructField(c.name, _SPARK_TYPES[c.type], True) for c in self.columns])
+        from pyspark.sql import types as T
+
+        return T.StructType([T.StructField(c.name, _spark_type(c.type), True) for c in self.columns])
 
     def arrow_schema(self) -> pa.Schema:
         """The table's columns as a pyarrow schema."""
@@ -134,6 +141,8 @@ class TableSchema:
         )
 
     def segment_spark_schema(self) -> T.StructType:
+        from pyspark.sql import types as T
+
         s = self.spark_schema()
         return T.StructType(
             list(s.fields)

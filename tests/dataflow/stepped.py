@@ -13,7 +13,7 @@ from collections import Counter
 from typing import Any
 
 from partialflow.operators.base import GroupedOperator, Row
-from partialflow.server import planner
+from partialflow.server.sql import planner
 from partialflow.server.dataflow import Dataflow
 from partialflow.server.dataflow.executor import EXPIRY_EVERY
 from partialflow.server.dataflow.packets import Tick

@@ -31,7 +31,7 @@ from partialflow.proto.values import (
     decode_values,
     fill_batch,
 )
-from partialflow.server.answers import compact_message, stats_message
+from partialflow.server.app.answers import compact_message, stats_message
 from partialflow.server.engine import Engine, ResultSet
 from partialflow.server.errors import InvalidArgument, PartialflowError
 

@@ -2,7 +2,7 @@
 
 The planner reads SQL with sqlglot, resolves names against the catalog (tables and other
 views), and produces ``PlanNode`` trees of operators over base-table ``Source`` leaves. It
-decides nothing about state: ``graph.py`` walks the tree top-down with the reader's key
+decides nothing about state: ``server/dataflow/graph.py`` walks the tree top-down with the reader's key
 and chooses, per stateful node, partial or full materialization.
 
 Column references inside operator expressions are positional (``_c{i}`` = input column i);
@@ -26,7 +26,7 @@ from partialflow.operators.union import Union
 from partialflow.operators.base import Operator
 from partialflow.server.errors import InvalidArgument, NotFound
 from partialflow.server.sql.parse import parse_query
-from partialflow.server.binding import (
+from partialflow.server.sql.binding import (
     compile_expr,
     _AGG_FUNCS, Scope, _append_hidden, _bind, _conjuncts, _empty_aggregate_row, _expand_star,
     _limit, _names, _order_positions, _output_name, _output_position, _param_column,
