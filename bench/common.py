@@ -21,6 +21,8 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
+from partialflow.server.app.inprocess import InProcessServer
+
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 
@@ -140,54 +142,14 @@ def _warm(_: int) -> int:
     return os.getpid()
 
 
-class InProcServer:
-    """A partialflow server in this process, on the harness's Spark session."""
+class InProcServer(InProcessServer):
+    """The tests' in-process server, with the harness's generous client timeout."""
 
     def __init__(self, data_dir: Path, spark: Any, *, memory_limit: int | None = None) -> None:
-        from partialflow.server.config import Config
+        super().__init__(data_dir, spark, memory_limit=memory_limit)
 
-        self.config = Config(data_dir=str(data_dir), port=0, memory_limit=memory_limit)
-        self.spark = spark
-        self.server: Any = None
-        self.engine: Any = None
-        self.address = ""
-
-    def start(self) -> InProcServer:
-        from partialflow.server.app.main import create_server, engine_of
-
-        self.server, port = create_server(self.config, spark=self.spark)
-        self.engine = engine_of(self.server)
-        self.server.start()
-        self.address = f"{self.config.host}:{port}"
-        return self
-
-    def stop(self) -> None:
-        from partialflow.server.app.main import stop_server
-
-        if self.server is not None:
-            stop_server(self.server, grace=1.0)
-            self.server = None
-
-    def client(self, timeout: float = 600.0) -> Any:
-        from partialflow.client import Client
-
-        return Client(self.address, timeout=timeout)
-
-    def wait_applied(self, lsn: int, timeout: float = 600.0) -> float:
-        """Block until the dataflow has applied ``lsn``; returns the monotonic time then."""
-        self.engine.dataflow.executor.wait_for(lsn, time.monotonic() + timeout)
-        return time.monotonic()
-
-    def view_counters(self, view: str) -> dict:
-        # stats() counts the lock-free hits logged since the executor last drained them.
-        c = self.engine.dataflow.stats()["views"][view]
-        return {"hits": c["hits"], "misses": c["misses"], "upqueries": c["upqueries"]}
-
-    def __enter__(self) -> InProcServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    def client(self, timeout: float = 600.0, **kwargs: Any) -> Any:  # type: ignore[override]
+        return super().client(timeout=timeout, **kwargs)
 
 
 def ratio(a: float, b: float) -> float | None:

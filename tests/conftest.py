@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
+
+_ids = itertools.count()
+
+
+@pytest.fixture
+def uniq():
+    """A prefix that keeps table and view names of tests sharing one server apart."""
+    return f"t{next(_ids)}_"
 
 
 @pytest.fixture(scope="session")

@@ -24,6 +24,9 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from partialflow.client import Client
+from partialflow.server.app.inprocess import InProcessServer
+
+__all__ = ["InProcessServer", "ServerProcess", "health_status", "wait_serving"]
 
 START_TIMEOUT = 180.0
 
@@ -201,46 +204,3 @@ class ServerProcess:
         self.stop()
 
 
-class InProcessServer:
-    """A server made with ``create_server`` in this process, on a shared Spark session."""
-
-    def __init__(self, data_dir: str | os.PathLike, spark: Any, **config: Any) -> None:
-        from partialflow.server.config import Config
-
-        self.config = Config(data_dir=str(data_dir), port=0, **config)
-        self.spark = spark
-        self.server: Any = None
-        self.engine: Any = None
-        self.address: str | None = None
-
-    @property
-    def data_dir(self) -> Path:
-        return Path(self.config.data_dir)
-
-    def start(self) -> InProcessServer:
-        """Open storage and the dataflow, bind a free port and start serving."""
-        from partialflow.server.app.main import create_server, engine_of
-
-        self.server, port = create_server(self.config, spark=self.spark)
-        self.engine = engine_of(self.server)
-        self.server.start()
-        self.address = f"{self.config.host}:{port}"
-        return self
-
-    def stop(self) -> None:
-        """Stop serving and close the engine (storage flushes and closes)."""
-        from partialflow.server.app.main import stop_server
-
-        if self.server is not None:
-            stop_server(self.server, grace=1.0)
-            self.server = None
-
-    def client(self, **kwargs: Any) -> Client:
-        """A new client connected to this server."""
-        return Client(self.address, **kwargs)
-
-    def __enter__(self) -> InProcessServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

@@ -1,6 +1,6 @@
 """The tables, rows and views the JVM-free ordering tests run over.
 
-Every view shape of ``tests/views/test_random_shapes.py`` (over the same two tables), a
+Every view shape of ``tests/dataflow/test_random_shapes.py`` (over the same two tables), a
 few of them together on shared nodes, and DESIGN.md's running examples: the visits
 MAX-per-category join and the Nexmark Q4 view over a view. Key values are drawn mostly
 from a small domain with one hot key, so groups grow past the bounded MIN/MAX and top-k
@@ -16,9 +16,9 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/, for views.*
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # this folder, when imported alone
 
-from views.test_random_shapes import SHAPES  # noqa: E402  (one list of shapes for both)
+from test_random_shapes import SHAPES  # noqa: E402  (one list of shapes for both)
 
 Row = tuple[Any, ...]
 

@@ -18,7 +18,7 @@ import pytest
 import sqlglot
 from pyspark.sql import types as T
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "operators"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "operators"))
 
 from harness import Harness  # noqa: E402
 

@@ -16,7 +16,7 @@ from partialflow.client.cli import build_parser
 from partialflow.server.config import SERVE_OPTIONS, Config, resolve_config
 from partialflow.server.app.logs import setup_logging
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def _flags(argv: list[str]) -> dict:
