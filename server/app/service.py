@@ -21,6 +21,7 @@ from urllib.parse import urlparse
 
 import grpc
 from google.protobuf import message_factory
+
 from partialflow.proto import partialflow_pb2 as pb
 from partialflow.proto import partialflow_pb2_grpc as pb_grpc
 from partialflow.proto.values import (
@@ -62,6 +63,22 @@ def details(err: BaseException | str) -> str:
     return f"{cut}... ({len(text) - len(cut)} more characters)"
 
 
+def _status(err: Exception, method: str) -> tuple[grpc.StatusCode, str]:
+    """The status an exception raised by ``method`` is answered with."""
+    if isinstance(err, PartialflowError):
+        return err.code, details(err)
+    if isinstance(err, WireError):
+        return grpc.StatusCode.INVALID_ARGUMENT, details(err)
+    if isinstance(err, RecursionError):  # the SQL parser and planner recurse along the statement
+        log.warning("%s: RecursionError, answered as a statement too deep", method)
+        return grpc.StatusCode.INVALID_ARGUMENT, TOO_DEEP
+    # A bug: keep serving, keep the traceback.
+    log.error("internal error in %s", method, exc_info=err)
+    return grpc.StatusCode.INTERNAL, details(
+        f"internal error in {method}: {type(err).__name__}: {err}"
+    )
+
+
 def _rpc(method: Callable[..., Any]) -> Callable[..., Any]:
     """Map domain errors to their status and unexpected ones to INTERNAL (logged)."""
 
@@ -69,19 +86,8 @@ def _rpc(method: Callable[..., Any]) -> Callable[..., Any]:
     def handler(self: PartialflowServicer, request: Any, context: grpc.ServicerContext) -> Any:
         try:
             return method(self, request, context)
-        except PartialflowError as err:
-            context.abort(err.code, details(err))
-        except WireError as err:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, details(err))
-        except RecursionError:  # the SQL parser and planner recurse along the statement
-            log.warning("%s: RecursionError, answered as a statement too deep", method.__name__)
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, TOO_DEEP)
-        except Exception as err:  # a bug: keep serving, keep the traceback
-            log.exception("internal error in %s", method.__name__)
-            context.abort(
-                grpc.StatusCode.INTERNAL,
-                details(f"internal error in {method.__name__}: {type(err).__name__}: {err}"),
-            )
+        except Exception as err:
+            context.abort(*_status(err, method.__name__))
 
     return handler
 
@@ -94,19 +100,8 @@ def _rpc_stream(method: Callable[..., Any]) -> Callable[..., Any]:
     def handler(self: PartialflowServicer, request: Any, context: grpc.ServicerContext) -> Any:
         try:
             yield from method(self, request, context)
-        except PartialflowError as err:
-            context.abort(err.code, details(err))
-        except WireError as err:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, details(err))
-        except RecursionError:  # the SQL parser and planner recurse along the statement
-            log.warning("%s: RecursionError, answered as a statement too deep", method.__name__)
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, TOO_DEEP)
         except Exception as err:
-            log.exception("internal error in %s", method.__name__)
-            context.abort(
-                grpc.StatusCode.INTERNAL,
-                details(f"internal error in {method.__name__}: {type(err).__name__}: {err}"),
-            )
+            context.abort(*_status(err, method.__name__))
 
     return handler
 
