@@ -24,9 +24,11 @@ import random
 import threading
 import time
 import traceback
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import datasets
+
 from partialflow.client import Client
 
 MAX_SAMPLES = 300_000  # latencies kept per process (reservoir beyond that)
@@ -39,7 +41,6 @@ class _Keys:
         kind = spec["type"]
         if kind == "zipf":
             import numpy as np
-
             from common import zipf_cdf, zipf_key
 
             self.n = spec["n"]

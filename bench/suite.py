@@ -5,8 +5,9 @@ directory; every section starts its own server on them (views start with empty s
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import datasets as ds
 import memory

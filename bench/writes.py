@@ -28,6 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))  # ServerProcess lives with the test helpers
 
 from helpers import ServerProcess  # noqa: E402
+
 from partialflow.client import Client  # noqa: E402
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+
 from partialflow.client.errors import InvalidArgument, PartialflowError, error_from_rpc
 from partialflow.proto import partialflow_pb2 as pb
 from partialflow.proto import partialflow_pb2_grpc as pb_grpc

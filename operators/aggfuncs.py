@@ -17,7 +17,8 @@ columns follow the group's row count in a state row (see ``server/upquery/operat
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Sequence
+from collections.abc import Sequence
+from typing import Any, ClassVar
 
 from partialflow.operators.base import Row
 from partialflow.operators.candidates import Candidates, ascending, descending

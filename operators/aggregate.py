@@ -17,8 +17,9 @@ nothing is emitted for it (see ``candidates.py``).
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import Any, Hashable, NamedTuple
+from typing import Any, NamedTuple
 
 from partialflow.operators import aggfuncs
 from partialflow.operators.base import Delta, GroupedOperator, Output, Row, StateView

@@ -14,8 +14,9 @@ sign +1 (insert) or -1 (delete); bags are represented by repeating a delta.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Hashable, Protocol
+from typing import Any, ClassVar, Protocol
 
 Row = tuple[Any, ...]
 Delta = tuple[Row, int]

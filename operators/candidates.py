@@ -14,7 +14,8 @@ Items are ordered by a key function (best first); equal keys mean equal items.
 from __future__ import annotations
 
 from bisect import bisect_left
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from partialflow.operators.sizes import list_size, value_size
 

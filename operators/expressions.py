@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import operator
 import re
-from typing import Any, Callable, NamedTuple, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 from sqlglot import exp
 

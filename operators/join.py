@@ -13,7 +13,8 @@ The index reflects the state before the batch (the executor applies the batch af
 
 from __future__ import annotations
 
-from typing import Any, Hashable
+from collections.abc import Hashable
+from typing import Any
 
 from partialflow.operators.base import Delta, Miss, Operator, Output, Row, StateView
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Hashable
+from collections.abc import Hashable
 
 from partialflow.operators.base import Delta, Operator, Output, StateView
 from partialflow.operators.expressions import CompiledExpr

@@ -8,7 +8,8 @@ logic, NULL in -> NULL out) with Spark's non-ANSI rules from ``values``.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from partialflow.operators import values as sv
 

@@ -8,7 +8,8 @@ pointer only). Used by the executor for row states and by grouped operators for 
 from __future__ import annotations
 
 import sys
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 _getsizeof = sys.getsizeof
 # The pointer a container holds for each element.

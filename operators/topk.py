@@ -14,7 +14,8 @@ min(k, total) rows kept while some are unseen, the group is exhausted (see
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Callable, Hashable
+from collections.abc import Callable, Hashable
+from typing import Any
 
 from partialflow.operators.base import Delta, GroupedOperator, Output, Row, StateView
 from partialflow.operators.candidates import Candidates, descending

@@ -10,9 +10,10 @@ composes them into expressions. Types are named by Spark's simple type names.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 from decimal import Decimal
 from functools import lru_cache
-from typing import Any, Callable, Sequence
+from typing import Any
 
 INT, BIGINT, DOUBLE, STRING, BOOLEAN, NULL = "int", "bigint", "double", "string", "boolean", "null"
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import sqlglot.expressions as exp
+
 from partialflow.operators.values import COLUMN_TYPES, column_type_names
 from partialflow.server.bulk import BulkLoader, Progress
 from partialflow.server.config import Config

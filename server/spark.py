@@ -12,8 +12,9 @@ import os
 import threading
 import time
 
-from partialflow.server.errors import Unavailable
 from pyspark.sql import SparkSession
+
+from partialflow.server.errors import Unavailable
 
 log = logging.getLogger(__name__)
 _lock = threading.Lock()

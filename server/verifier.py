@@ -26,8 +26,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import sqlglot
-from partialflow.server.errors import InvalidArgument, NotFound
 from sqlglot import exp
+
+from partialflow.server.errors import InvalidArgument, NotFound
 
 log = logging.getLogger("partialflow.verifier")
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+
 from partialflow.client import Client
 from partialflow.server.app.inprocess import InProcessServer
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import grpc
 from google.protobuf import json_format, struct_pb2
+
 from partialflow.client import Client
 from partialflow.client.errors import error_from_rpc
 

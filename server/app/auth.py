@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+
 from partialflow.server.errors import InvalidArgument
 
 log = logging.getLogger(__name__)

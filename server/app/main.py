@@ -15,15 +15,16 @@ from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2
+
 from partialflow.server.app.auth import TokenAuthInterceptor, server_credentials
-from partialflow.server.config import Config
-from partialflow.server.engine import Engine
-from partialflow.server.errors import PartialflowError, Unavailable
 from partialflow.server.app.logs import setup_logging
 from partialflow.server.app.metrics import Metrics
 from partialflow.server.app.service import SERVICE_NAME, PartialflowServicer, add_to_server
 from partialflow.server.app.standard import HealthServicer, add_health, add_reflection
 from partialflow.server.app.testhooks import add_test_hooks
+from partialflow.server.config import Config
+from partialflow.server.engine import Engine
+from partialflow.server.errors import PartialflowError, Unavailable
 
 log = logging.getLogger(__name__)
 

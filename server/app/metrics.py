@@ -13,11 +13,12 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
-from partialflow.server.errors import Unavailable
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import start_http_server
 from prometheus_client.registry import Collector
+
+from partialflow.server.errors import Unavailable
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,9 @@ from typing import Any
 
 import grpc
 from google.protobuf import json_format, struct_pb2
-from partialflow.server.errors import FailedPrecondition, InvalidArgument
+
 from partialflow.server.app.service import _rpc
+from partialflow.server.errors import FailedPrecondition, InvalidArgument
 
 SERVICE = "partialflow.testing.v1.TestHooks"
 ENV = "PARTIALFLOW_TEST_HOOKS"

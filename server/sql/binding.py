@@ -7,14 +7,14 @@ sqlglot trees (conjuncts, parameters, output names, LIMIT).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from sqlglot import exp
 
-from partialflow.server.errors import InvalidArgument
 from partialflow.operators.expressions import CompiledExpr, UnsupportedExpression
 from partialflow.operators.expressions import compile_expr as _compile_expr
+from partialflow.server.errors import InvalidArgument
 
 _AGG_FUNCS: dict[type, str] = {
     exp.Count: "COUNT",

@@ -11,27 +11,42 @@ see ``operators/expressions.py``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from sqlglot import exp
 
 from partialflow.operators.aggregate import Aggregate, AggSpec
+from partialflow.operators.base import Operator
 from partialflow.operators.distinct import Distinct
 from partialflow.operators.filter import Filter
 from partialflow.operators.join import Join
 from partialflow.operators.project import Project
 from partialflow.operators.topk import TopK
 from partialflow.operators.union import Union
-from partialflow.operators.base import Operator
 from partialflow.server.errors import InvalidArgument, NotFound
-from partialflow.server.sql.parse import parse_query
 from partialflow.server.sql.binding import (
+    _AGG_FUNCS,
+    Scope,
+    _append_hidden,
+    _bind,
+    _conjuncts,
+    _empty_aggregate_row,
+    _expand_star,
+    _limit,
+    _names,
+    _order_positions,
+    _output_name,
+    _output_position,
+    _param_column,
+    _refuse_unsupported,
+    _resolve_position,
+    _unalias,
+    col,
     compile_expr,
-    _AGG_FUNCS, Scope, _append_hidden, _bind, _conjuncts, _empty_aggregate_row, _expand_star,
-    _limit, _names, _order_positions, _output_name, _output_position, _param_column,
-    _refuse_unsupported, _resolve_position, _unalias, col, scope_name,
+    scope_name,
 )
+from partialflow.server.sql.parse import parse_query
 
 # Candidates kept per group by MIN/MAX and top-k in partial state (top-k keeps k + this).
 MINMAX_CANDIDATES = 8

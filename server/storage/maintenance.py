@@ -9,7 +9,8 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import TYPE_CHECKING, Any, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from partialflow.server.storage.catalog import TableEntry, TableManifest
 from partialflow.server.storage.segments import entries_to_table, spark_compact, write_segment

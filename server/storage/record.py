@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections import Counter, deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import islice
-from typing import Any, Sequence
+from typing import Any
 
 import pyarrow as pa
 

@@ -22,9 +22,10 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+from collections.abc import Iterable, Sequence
 from hashlib import blake2b
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from partialflow.server.storage.schema import TableSchema
 

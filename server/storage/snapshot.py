@@ -12,9 +12,10 @@ snapshot, since the files they read may be deleted afterwards.
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import Column as SparkColumn
 from pyspark.sql import DataFrame

@@ -26,9 +26,10 @@ import threading
 import time
 from bisect import bisect_right
 from collections import Counter, deque
+from collections.abc import Callable, Sequence
 from operator import attrgetter
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import SparkSession

@@ -15,9 +15,9 @@ import logging
 import os
 import struct
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from partialflow.server.errors import FailedPrecondition
 

@@ -14,6 +14,7 @@ import pytest
 from certs import self_signed
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from helpers import InProcessServer
+
 from partialflow.client import Client, Unauthenticated, Unavailable
 
 TOKEN = "correct-horse-battery-staple"

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 from helpers import ServerProcess
+
 from partialflow.client.cli import build_parser
-from partialflow.server.config import SERVE_OPTIONS, Config, resolve_config
 from partialflow.server.app.logs import setup_logging
+from partialflow.server.config import SERVE_OPTIONS, Config, resolve_config
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

@@ -9,6 +9,7 @@ import time
 
 import pytest
 from helpers import ServerProcess, health_status
+
 from partialflow.client import AlreadyExists, Client, InvalidArgument, PartialflowError
 
 pytestmark = pytest.mark.slow

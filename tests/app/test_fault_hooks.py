@@ -7,6 +7,7 @@ import threading
 import time
 
 import pytest
+
 from partialflow.client import FailedPrecondition, InvalidArgument
 from partialflow.client.stress.hooks import TestHooks
 from partialflow.server.errors import InvalidArgument as ServerInvalidArgument

@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from helpers import InProcessServer
 from oracle import check_results
+
 from partialflow.client import AlreadyExists, InvalidArgument, NotFound
 
 N = 1_000_000

@@ -6,8 +6,9 @@ import urllib.request
 
 import pytest
 from helpers import InProcessServer
-from partialflow.server.app.main import metrics_port_of
 from prometheus_client.parser import text_string_to_metric_families
+
+from partialflow.server.app.main import metrics_port_of
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ import os
 import pytest
 from grpc_health.v1 import health_pb2
 from helpers import health_status
+
 from partialflow.client import AlreadyExists, InvalidArgument, NotFound, PartialflowError
 
 _ids = itertools.count(1000)

@@ -12,6 +12,7 @@ import sys
 import time
 
 from helpers import ServerProcess, wait_serving
+
 from partialflow.client import Client
 
 

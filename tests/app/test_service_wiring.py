@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import grpc
 import pytest
+
 from partialflow.client import (
     AlreadyExists,
     Client,
@@ -19,9 +20,9 @@ from partialflow.client import (
 from partialflow.proto import partialflow_pb2 as pb
 from partialflow.proto import partialflow_pb2_grpc as pb_grpc
 from partialflow.server import errors
+from partialflow.server.app.main import create_server, stop_server
 from partialflow.server.config import Config
 from partialflow.server.engine import ResultSet
-from partialflow.server.app.main import create_server, stop_server
 
 
 class FakeEngine:

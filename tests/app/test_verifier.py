@@ -8,6 +8,7 @@ import threading
 import time
 
 import pytest
+
 from partialflow.server.errors import InvalidArgument
 from partialflow.server.verifier import Verifier, oracle_sql, same_rows
 

@@ -31,9 +31,10 @@ import grpc
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import HealthCheck, Phase, given, seed, settings
 from google.protobuf import message_factory
+from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
+
 from partialflow.proto import partialflow_pb2 as pb
 from partialflow.proto.values import fill_batch
 

@@ -11,6 +11,7 @@ import time
 import grpc
 import pytest
 from google.protobuf import json_format
+
 from partialflow.client import InvalidArgument, OutOfRange
 from partialflow.proto import partialflow_pb2 as pb
 from partialflow.proto import partialflow_pb2_grpc as pb_grpc

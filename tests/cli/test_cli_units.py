@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+
 from partialflow.client.cli import build_parser, format_table, parse_key_value
 from partialflow.server.config import Config, parse_size
 

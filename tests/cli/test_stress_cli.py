@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 from helpers import InProcessServer
+
 from partialflow.client.stress.hooks import TestHooks
 
 DURATION = os.environ.get("PARTIALFLOW_STRESS_CLI_SECONDS", "60")

@@ -8,6 +8,7 @@ import random
 from collections import Counter
 
 import pytest
+
 from partialflow.client.stress import workload as wl
 from partialflow.client.stress.load import Writer, fault_schedule
 from partialflow.client.stress.record import Failure, FaultWindow, Journal, Read, Write

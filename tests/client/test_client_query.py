@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from helpers import InProcessServer
+
 from partialflow.client import FailedPrecondition, InvalidArgument, PartialflowError
 
 

@@ -20,6 +20,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from model import Model
+
 from partialflow.operators.aggfuncs import special_kind
 from partialflow.operators.aggregate import Aggregate
 from partialflow.operators.base import GroupedOperator, Row
@@ -30,8 +32,6 @@ from partialflow.server.dataflow.fill import Fill
 from partialflow.server.dataflow.graph import Node
 from partialflow.server.dataflow.runner import FillResults, Reply
 from partialflow.server.dataflow.state import State
-
-from model import Model
 
 
 @dataclass

@@ -14,10 +14,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from oracle import norm
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
-
-from oracle import norm
 
 
 @dataclass

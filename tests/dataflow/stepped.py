@@ -12,16 +12,16 @@ import math
 from collections import Counter
 from typing import Any
 
+from fake_runner import FakeRunner, node_rows, state_rows
+from model import Model, SqliteOracle
+
 from partialflow.operators.base import GroupedOperator, Row
-from partialflow.server.sql import planner
 from partialflow.server.dataflow import Dataflow
 from partialflow.server.dataflow.executor import EXPIRY_EVERY
 from partialflow.server.dataflow.packets import Tick
 from partialflow.server.dataflow.reads import Read
 from partialflow.server.dataflow.state import State
-
-from fake_runner import FakeRunner, node_rows, state_rows
-from model import Model, SqliteOracle
+from partialflow.server.sql import planner
 
 
 class Clock:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 
 from oracle import check_results
+
 from partialflow.server.upquery import MANY_KEYS
 
 N = MANY_KEYS * 2 + 50

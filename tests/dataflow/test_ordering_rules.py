@@ -9,10 +9,9 @@ lost reply fails the reads and leaves a hole; concurrent misses share one fill.
 from __future__ import annotations
 
 import pytest
+from stepped import Harness
 
 from partialflow.server.errors import DeadlineExceeded, InvalidArgument, Unavailable
-
-from stepped import Harness
 
 COUNT = "SELECT k, COUNT(*) AS n, SUM(v) AS total FROM t WHERE k = ? GROUP BY k"
 JOIN = "SELECT a.k, a.v, b.w FROM a JOIN b ON a.k = b.k WHERE a.k = ?"

@@ -22,14 +22,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from scenarios import SCENARIOS, Scenario
+from stepped import Harness
 
 from partialflow.server.dataflow.executor import EXPIRY_EVERY
 from partialflow.server.dataflow.packets import Tick
 from partialflow.server.dataflow.reads import Read
 from partialflow.server.errors import DeadlineExceeded, Unavailable
-
-from stepped import Harness
-from scenarios import SCENARIOS, Scenario
 
 settings.register_profile(
     "ci", max_examples=int(os.environ.get("PARTIALFLOW_HYPOTHESIS_EXAMPLES", 25)),

@@ -8,9 +8,9 @@ import threading
 import time
 
 import pytest
-
 from helpers import InProcessServer
 from oracle import assert_matches, check_results
+
 from partialflow.client import Unavailable
 
 COUNT_SQL = "SELECT k, COUNT(*) AS n, SUM(v) AS total FROM {t} WHERE k = ? GROUP BY k"

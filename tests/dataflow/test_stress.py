@@ -12,7 +12,6 @@ import threading
 import time
 
 import pytest
-
 from helpers import InProcessServer
 from history_oracle import Recorder, first, verify
 from oracle import bind_params, norm

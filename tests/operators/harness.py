@@ -11,7 +11,8 @@ pure, so their logic is tested without the executor.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from partialflow.operators.base import Delta, GroupedOperator, Operator, Output, Row
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from harness import Harness, as_counter
 
-from partialflow.operators.aggregate import Aggregate, AggEntry, AggSpec
+from partialflow.operators.aggregate import AggEntry, Aggregate, AggSpec
 from partialflow.operators.candidates import Candidates
 
 

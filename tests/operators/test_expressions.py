@@ -13,8 +13,7 @@ import sqlglot
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from partialflow.operators.expressions import UnsupportedExpression
-from partialflow.operators.expressions import compile_expr
+from partialflow.operators.expressions import UnsupportedExpression, compile_expr
 
 SCHEMA = T.StructType([
     T.StructField("_c0", T.LongType()), T.StructField("_c1", T.LongType()),

@@ -5,10 +5,10 @@ from __future__ import annotations
 import sqlglot
 from harness import Harness, as_counter
 
+from partialflow.operators.expressions import compile_expr
 from partialflow.operators.filter import Filter
 from partialflow.operators.project import Project
 from partialflow.operators.union import Union
-from partialflow.operators.expressions import compile_expr
 
 
 def expr(text: str):

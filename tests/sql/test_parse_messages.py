@@ -4,6 +4,7 @@ internals. Pure parsing: no server, no JVM."""
 from __future__ import annotations
 
 import pytest
+
 from partialflow.server.errors import InvalidArgument
 from partialflow.server.sql.parse import parse_query, parse_statements
 

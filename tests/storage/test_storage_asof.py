@@ -6,12 +6,11 @@ import random
 from collections import Counter
 
 import pytest
+from conftest import BAG
 from pyspark.sql import functions as F
 
 from partialflow.server.errors import FailedPrecondition, InvalidArgument
 from partialflow.server.storage import Storage
-
-from conftest import BAG
 
 
 def random_row(rng: random.Random) -> tuple:

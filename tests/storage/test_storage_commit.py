@@ -6,11 +6,10 @@ import threading
 from collections import Counter
 
 import pytest
+from conftest import BAG, KEYED
 
 from partialflow.server.errors import FailedPrecondition, InvalidArgument, NotFound
 from partialflow.server.storage import Storage, WriteRecord
-
-from conftest import BAG, KEYED
 
 
 def test_group_commit_orders_lsns_and_shares_fsyncs(store: Storage) -> None:

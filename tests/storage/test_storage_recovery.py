@@ -13,11 +13,10 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from conftest import BAG, KEYED
 
 from partialflow.server.errors import AlreadyExists, FailedPrecondition, NotFound
 from partialflow.server.storage import Storage
-
-from conftest import BAG, KEYED
 
 
 def rows_of(st: Storage, table: str) -> Counter:

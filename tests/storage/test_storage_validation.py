@@ -6,11 +6,10 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from conftest import BAG, KEYED
 
 from partialflow.server.errors import AlreadyExists, InvalidArgument, NotFound
 from partialflow.server.storage import Column, Storage, TableSchema, normalize_type
-
-from conftest import BAG, KEYED
 
 
 def rows_of(st: Storage, table: str) -> Counter:

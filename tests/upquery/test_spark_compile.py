@@ -25,12 +25,12 @@ from harness import Harness  # noqa: E402
 from partialflow.operators.aggregate import Aggregate, AggSpec  # noqa: E402
 from partialflow.operators.base import Operator  # noqa: E402
 from partialflow.operators.distinct import Distinct  # noqa: E402
+from partialflow.operators.expressions import compile_expr  # noqa: E402
 from partialflow.operators.filter import Filter  # noqa: E402
 from partialflow.operators.join import Join  # noqa: E402
 from partialflow.operators.project import Project  # noqa: E402
 from partialflow.operators.topk import TopK  # noqa: E402
 from partialflow.operators.union import Union  # noqa: E402
-from partialflow.operators.expressions import compile_expr  # noqa: E402
 from partialflow.server.upquery.operator_plans import compile_output, compile_state  # noqa: E402
 
 # Input rows: (g: string, k: bigint, v: bigint, f: double, s: string)
