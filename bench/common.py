@@ -202,7 +202,7 @@ def drive_mixed(pool: LoadPool, address: str, groups: list[dict], *, lead: float
     bad = [p for p in parts if "error" in p]
     if bad:
         raise RuntimeError(f"load process failed: {bad[0]}")
-    return [_merge([p for p, o in zip(parts, owner) if o == g], groups[g], start_at)
+    return [_merge([p for p, o in zip(parts, owner, strict=True) if o == g], groups[g], start_at)
             for g in range(len(groups))]
 
 

@@ -66,8 +66,14 @@ def main() -> None:
     engine.start() if hasattr(engine, "start") else None
     try:
         setup(engine, rng)
-        visit = lambda: (f"p{rng.randrange(1000)}", f"u{rng.randrange(500)}", rng.randrange(1000))
-        bid = lambda: (rng.randrange(500), rng.randrange(2000), rng.randrange(10**6), float(rng.randrange(1, 10**5)))
+
+        def visit() -> tuple:
+            return (f"p{rng.randrange(1000)}", f"u{rng.randrange(500)}", rng.randrange(1000))
+
+        def bid() -> tuple:
+            return (rng.randrange(500), rng.randrange(2000), rng.randrange(10**6),
+                    float(rng.randrange(1, 10**5)))
+
         print(f"{'workload':<22}{'batch':>8}{'end-to-end deltas/s':>22}{'executor deltas/s':>20}")
         for name, table, make in (("visits view", "visit", visit), ("Nexmark Q4 (2 outputs)", "bid", bid)):
             for batch in (1, 100, 10_000):

@@ -184,7 +184,7 @@ def restart(data_dir: Path, pool: LoadPool, *, view: str, n: int, s: float, memo
         })
         log(f"restart: serving after {out['start_to_serving_s']} s, first read after "
             f"{out['start_to_first_read_s']} s, hit rate {target_hit_rate:.3f} after "
-            f"{reached if reached is not None else 'NOT REACHED in %ss' % cap} s")
+            f"{reached if reached is not None else f'NOT REACHED in {cap}s'} s")
     finally:
         proc.stop()
     return out

@@ -23,7 +23,7 @@ def _plt() -> Any:
 def _cdf(ax: Any, cdf: list[float] | None, label: str, **kw: Any) -> None:
     if not cdf:
         return
-    pts = sorted(zip(cdf, PCTS), key=lambda x: (x[1], x[0]))
+    pts = sorted(zip(cdf, PCTS, strict=True), key=lambda x: (x[1], x[0]))
     ax.plot([x for x, _ in pts], [p for _, p in pts], label=label, **kw)
 
 
@@ -40,7 +40,7 @@ def hit_latency(res: dict, out: Path, stamp: str) -> Path | None:
     plt = _plt()
     concs = sorted({r["concurrency"] for r in hit["runs"]})
     fig, axes = plt.subplots(1, len(concs), figsize=(6 * len(concs), 4.2), squeeze=False)
-    for ax, conc in zip(axes[0], concs):
+    for ax, conc in zip(axes[0], concs, strict=True):
         runs = [r for r in hit["runs"] if r["concurrency"] == conc]
         _cdf(ax, runs[0]["ping"]["cdf_ms"], "Ping (no-op RPC)", color="black", lw=2)
         for r in runs:

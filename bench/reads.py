@@ -26,7 +26,9 @@ def hit_path(srv: InProcServer, pool: LoadPool, *, view: str, keys: list[Any],
     for procs, threads in concurrency:
         ping_runs = []
 
-        def ping() -> dict:
+        def ping(procs: int = procs, threads: int = threads,
+                 ping_runs: list = ping_runs) -> dict:
+            # Called only in this iteration; the defaults bind this iteration's values.
             r = drive(pool, srv.address, {"kind": "ping"}, procs=procs, threads=threads,
                       seconds=seconds, seed=1)
             ping_runs.append(r)
@@ -112,13 +114,13 @@ def miss_path(srv: InProcServer, *, view: str, sql: str, tables: list[str], keys
         for i, key in enumerate(keys[1:]):
             lsn = srv.engine.storage.last_lsn
 
-            def read_pf() -> Any:
+            def read_pf(key: Any = key) -> Any:
                 t0 = time.perf_counter()
                 r = c.lookup(view, key)
                 pf.append(time.perf_counter() - t0)
                 return r
 
-            def read_bare() -> list[tuple]:
+            def read_bare(key: Any = key, lsn: int = lsn) -> list[tuple]:
                 t0 = time.perf_counter()
                 rows = bare_spark(srv, sql.format(key=literal(key)), tables, lsn)
                 bare.append(time.perf_counter() - t0)

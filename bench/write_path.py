@@ -78,7 +78,7 @@ def half_peak(srv: InProcServer, pool: LoadPool, *, gen: dict, batch: int, peak:
         "readers": [
             {"name": rd["name"], "reads_per_s": r["items_per_s"], "latency_ms": r["latency_ms"],
              "cdf_ms": r["cdf_ms"], "errors": r["errors"]}
-            for rd, r in zip(readers or [], res[2:])
+            for rd, r in zip(readers or [], res[2:], strict=True)
         ],
     }
     vis = out["write_to_visible_ms"] or {}

@@ -110,23 +110,23 @@ def _as_dict(message: Any) -> dict[str, Any]:
     """A typed answer (StatsResponse, CompactResponse and their parts) as plain Python:
     every field by its proto name, maps as dicts, unset optional messages left out."""
     out: dict[str, Any] = {}
-    for field in message.DESCRIPTOR.fields:
-        value = getattr(message, field.name)
-        if field.message_type is None:
-            out[field.name] = list(value) if field.is_repeated else value
-        elif field.message_type.GetOptions().map_entry:
-            entry = field.message_type.fields_by_name["value"]
-            out[field.name] = {
+    for fd in message.DESCRIPTOR.fields:
+        value = getattr(message, fd.name)
+        if fd.message_type is None:
+            out[fd.name] = list(value) if fd.is_repeated else value
+        elif fd.message_type.GetOptions().map_entry:
+            entry = fd.message_type.fields_by_name["value"]
+            out[fd.name] = {
                 k: (_as_dict(v) if entry.message_type is not None else v) for k, v in value.items()
             }
-        elif field.is_repeated:
-            out[field.name] = (
-                list(decode_values(value)) if field.message_type.name == "Value"
+        elif fd.is_repeated:
+            out[fd.name] = (
+                list(decode_values(value)) if fd.message_type.name == "Value"
                 else [_as_dict(v) for v in value]
             )
-        elif field.containing_oneof is None or message.HasField(field.name):
+        elif fd.containing_oneof is None or message.HasField(fd.name):
             # Only `optional` messages (a synthetic oneof) may be absent.
-            out[field.name] = _as_dict(value)
+            out[fd.name] = _as_dict(value)
     return out
 
 
@@ -297,7 +297,7 @@ class Client:
         given = [k if isinstance(k, Hashable) else tuple(k) for k in keys]
         response = self._lookup(view, [_key_tuple(k) for k in given], min_lsn)
         columns = list(response.columns)
-        return {k: Result(_rows_of(r), columns, r.lsn) for k, r in zip(given, response.results)}
+        return {k: Result(_rows_of(r), columns, r.lsn) for k, r in zip(given, response.results, strict=True)}
 
     def query(self, sql: str, *, as_of: int | None = None) -> Result:
         """Run a SELECT over the base tables on Spark, at the latest LSN or at ``as_of``."""

@@ -98,7 +98,7 @@ class Aggregate(GroupedOperator):
 
     def _fold(self, entry: AggEntry, batch: list[Delta]) -> AggEntry:
         states = []
-        for f, st in zip(self.funcs, entry.states):
+        for f, st in zip(self.funcs, entry.states, strict=True):
             diffs = [d for d in (f.to_diff(row, sign) for row, sign in batch) if d is not None]
             states.append(f.apply(st, diffs, self.candidates) if diffs else st)
         return AggEntry(entry.rows + sum(sign for _, sign in batch), tuple(states))
@@ -120,7 +120,7 @@ class Aggregate(GroupedOperator):
     def output_rows(self, group: Row, entry: AggEntry) -> list[Row]:
         if entry.rows <= 0 and self.group_by:
             return []
-        return [group + tuple(f.result(s) for f, s in zip(self.funcs, entry.states))]
+        return [group + tuple(f.result(s) for f, s in zip(self.funcs, entry.states, strict=True))]
 
     def load_entries(self, state_rows: list[Row]) -> dict[Row, Any]:
         """Rows ``(group values..., row count, accumulators per aggregate...)``; the
@@ -137,7 +137,7 @@ class Aggregate(GroupedOperator):
         return entries
 
     def entry_size(self, entry: AggEntry) -> int:
-        return 72 + sum(f.size(s) for f, s in zip(self.funcs, entry.states))
+        return 72 + sum(f.size(s) for f, s in zip(self.funcs, entry.states, strict=True))
 
     # -- identity ----------------------------------------------------------------------
     def signature(self) -> Hashable:

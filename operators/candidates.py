@@ -88,7 +88,7 @@ class Candidates:
     def best(self, n: int) -> list[Any]:
         """The first ``n`` kept items, repeated by multiplicity."""
         out: list[Any] = []
-        for item, count in zip(self.items, self.counts):
+        for item, count in zip(self.items, self.counts, strict=True):
             out.extend([item] * min(count, n - len(out)))
             if len(out) >= n:
                 break
@@ -105,7 +105,7 @@ class Candidates:
                 and self.counts == other.counts and self.total == other.total)
 
     def __repr__(self) -> str:
-        pairs = ", ".join(f"{x!r}×{c}" for x, c in zip(self.items, self.counts))
+        pairs = ", ".join(f"{x!r}×{c}" for x, c in zip(self.items, self.counts, strict=True))
         return f"Candidates([{pairs}], total={self.total})"
 
 

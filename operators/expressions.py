@@ -264,7 +264,7 @@ class _Compiler:
         default = node.args.get("default")
         values.append(self.compile(default) if default else _constant(None, NULL))
         type_, fns = _coerce_all(values)
-        pairs = list(zip(conds, fns[:-1]))
+        pairs = list(zip(conds, fns[:-1], strict=True))
         otherwise = fns[-1]
 
         def case(row: Row) -> Any:

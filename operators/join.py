@@ -105,7 +105,7 @@ class Join(Operator):
             if matches is None:
                 out.misses.append(Miss(0, key, delta))
             elif matches:
-                out.deltas.extend([(l + row, sign) for l in matches])
+                out.deltas.extend([(left + row, sign) for left in matches])
 
     def _from_right_outer(self, deltas: list[Delta], state: StateView, out: Output) -> None:
         key_cols, nulls = self.right_key, self._nulls
@@ -132,10 +132,10 @@ class Join(Operator):
                 before = len(existing)
             counts[key] = after = before + sign
             if before == 0 and after > 0:  # first match: the padded rows go away
-                out.deltas.extend([(l + nulls, -1) for l in matches])
-            out.deltas.extend([(l + row, sign) for l in matches])
+                out.deltas.extend([(left + nulls, -1) for left in matches])
+            out.deltas.extend([(left + row, sign) for left in matches])
             if before > 0 and after == 0:  # last match gone: padded rows come back
-                out.deltas.extend([(l + nulls, 1) for l in matches])
+                out.deltas.extend([(left + nulls, 1) for left in matches])
 
     def signature(self) -> Hashable:
         return ("join", self.join_kind, self.left_key, self.right_key, self.left_width)
@@ -143,7 +143,7 @@ class Join(Operator):
     def description(self) -> str:
         names = self.columns
         on = ", ".join(f"{names[a]} = {names[self.left_width + b]}"
-                       for a, b in zip(self.left_key, self.right_key))
+                       for a, b in zip(self.left_key, self.right_key, strict=True))
         return f"{self.symbol}[{on}]"
 
 

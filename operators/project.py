@@ -41,4 +41,4 @@ class Project(Operator):
     def description(self) -> str:
         return "π[" + ", ".join(
             e.sql if e.sql == name else f"{e.sql} AS {name}"
-            for e, name in zip(self.exprs, self.columns)) + "]"
+            for e, name in zip(self.exprs, self.columns, strict=True)) + "]"

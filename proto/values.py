@@ -202,7 +202,7 @@ def fill_batch(batch: pb.RowBatch, rows: Sequence[Sequence[Any]], *, lenient: bo
         return False
     batch.num_rows = len(rows)
     try:
-        for values in zip(*rows):
+        for values in zip(*rows, strict=True):
             _fill_column(batch.columns.add(), values, lenient)
     except BaseException:
         batch.Clear()
@@ -291,4 +291,4 @@ def decode_batch(batch: pb.RowBatch, field: str = "batch") -> list[tuple]:
     columns = [
         _decode_column(c, num_rows, f"{field}.columns[{j}]") for j, c in enumerate(batch.columns)
     ]
-    return list(zip(*columns))
+    return list(zip(*columns, strict=True))

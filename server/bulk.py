@@ -391,7 +391,7 @@ class BulkLoader:
         yield Progress("convert", 0, total, "converting rows")
         for start in range(0, total, _CHUNK_ROWS):
             chunk = arrow.slice(start, _CHUNK_ROWS)
-            rows.extend(zip(*(column.to_pylist() for column in chunk.columns)))
+            rows.extend(zip(*(column.to_pylist() for column in chunk.columns), strict=True))
             yield Progress("convert", len(rows), total, "converting rows")
         return rows
 

@@ -84,7 +84,7 @@ def check_results(client: Any, sql: str, results: dict[Any, Any], sample: int | 
     bad = []
     for lsn, keys in by_lsn.items():
         tuples = [k if isinstance(k, tuple) else (k,) for k in keys]
-        for key, want in zip(keys, oracle_many(client, sql, tuples, lsn)):
+        for key, want in zip(keys, oracle_many(client, sql, tuples, lsn), strict=True):
             got = results[key].rows
             if norm(got) != norm(want):
                 bad.append(f"key {key!r} at LSN {lsn}: view {sorted(map(repr, got))} != Spark {sorted(map(repr, want))}")

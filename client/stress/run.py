@@ -242,7 +242,7 @@ def _load(
             if t.name.startswith("writer")
             else max(0.0, grace - time.monotonic())
         )
-    for c, t in zip(clients, threads):
+    for c, t in zip(clients, threads, strict=True):
         if not t.is_alive():
             c.close()
     return journal.now()

@@ -210,11 +210,11 @@ def _frame(spark: Any, rows: list[tuple], schema: str) -> Any:
     import pyarrow as pa
 
     fields = [f.split() for f in schema.split(",")]
-    columns = list(zip(*rows)) if rows else [()] * len(fields)
+    columns = list(zip(*rows, strict=True)) if rows else [()] * len(fields)
     table = pa.table(
         {
             name: pa.array(list(col), type=getattr(pa, _ARROW[kind])())
-            for (name, kind), col in zip(fields, columns)
+            for (name, kind), col in zip(fields, columns, strict=True)
         }
     )
     return spark.createDataFrame(table)

@@ -210,7 +210,7 @@ class Executor:
             rec = packet.record
             base = self.graph.bases.get(rec.table)
             if base is not None and base.children:
-                deltas = list(zip(rec.rows, rec.diffs))
+                deltas = list(zip(rec.rows, rec.diffs, strict=True))
                 self._propagate([(c, i, deltas) for c, i in base.children], rec.lsn)
             self.applied_lsn = rec.lsn
             self.stats.count("writes_applied")

@@ -205,7 +205,7 @@ class Dataflow:
             read.resume()
         out = read.answer()
         for fn in self.read_observers:
-            for k, (rows, lsn) in zip(checked, out):
+            for k, (rows, lsn) in zip(checked, out, strict=True):
                 fn(reader.name, k, rows, lsn)
         return reader.plan.columns, out
 

@@ -219,7 +219,7 @@ class Planner:
                 arg_cols.append(j if a is not None else None)
                 j += a is not None
         agg_names = tuple(f"g{i}" for i in range(len(groups))) + tuple(f"{f.lower()}{i}" for i, (f, _) in enumerate(calls))
-        aggs = [AggSpec(f, c) for (f, _), c in zip(calls, arg_cols)]
+        aggs = [AggSpec(f, c) for (f, _), c in zip(calls, arg_cols, strict=True)]
         node = _op(Aggregate(agg_names, group_cols, aggs, candidates=MINMAX_CANDIDATES), src)
         if having_expr is not None:
             node = _op(Filter(node.columns, compile_expr(having_expr)), node)

@@ -104,4 +104,4 @@ def run_query(snapshot: Snapshot, sql: str) -> tuple[list[str], list[tuple[Any, 
             spark.catalog.dropTempView(view)
     if table.num_rows == 0:
         return columns, []
-    return columns, list(zip(*[_to_python(c) for c in table.columns]))
+    return columns, list(zip(*[_to_python(c) for c in table.columns], strict=True))

@@ -64,12 +64,12 @@ def net_keys(group: Sequence[Pending]) -> tuple[list[tuple[bytes, bytes]], list[
     in LSN order; an insert-only run is simply all its (key, row) pairs.
     """
     if not any(p.del_k for p in group):
-        return [kr for p in group for kr in zip(p.ins_k, p.ins_h)], []
+        return [kr for p in group for kr in zip(p.ins_k, p.ins_h, strict=True)], []
     state: dict[bytes, bytes | None] = {}
     for p in group:
         for k in p.del_k:
             state[k] = None
-        for k, h in zip(p.ins_k, p.ins_h):
+        for k, h in zip(p.ins_k, p.ins_h, strict=True):
             state[k] = h
     return [(k, h) for k, h in state.items() if h is not None], [k for k, h in state.items() if h is None]
 

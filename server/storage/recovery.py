@@ -47,7 +47,7 @@ def decode_batch(body: memoryview, schema: pa.Schema) -> pa.RecordBatch:
 def batch_rows(batch: pa.RecordBatch) -> list[tuple]:
     if batch.num_rows == 0:
         return []
-    return list(zip(*[c.to_pylist() for c in batch.columns]))
+    return list(zip(*[c.to_pylist() for c in batch.columns], strict=True))
 
 
 def recover(st: Storage) -> None:
@@ -135,7 +135,7 @@ def _apply_to_index(index: RowIndex, entry: TableEntry, batch: pa.RecordBatch, n
         return
     keys = key_hashes(rows, entry.schema)
     state: dict[bytes, bytes | None] = {k: None for k in keys[:ndel]}
-    state.update(zip(keys[ndel:], hashes[ndel:]))
+    state.update(zip(keys[ndel:], hashes[ndel:], strict=True))
     index.apply_keys(
         entry.id, [(k, h) for k, h in state.items() if h is not None],
         [k for k, h in state.items() if h is None],
@@ -181,10 +181,10 @@ def _rebuild_index(
             sources.append((batch_rows(m.batch), [-1] * m.ndel + [1] * (n - m.ndel)))
         for rows, diffs in sources:
             hashes = row_hashes(rows)
-            for h, d in zip(hashes, diffs):
+            for h, d in zip(hashes, diffs, strict=True):
                 counts[h] += d
             if pk:
-                for h, k in zip(hashes, key_hashes(rows, e.schema)):
+                for h, k in zip(hashes, key_hashes(rows, e.schema), strict=True):
                     key_of[h] = k
         if pk:
             index.apply_keys(tid, [(key_of[h], h) for h, n in counts.items() if n > 0], [])

@@ -330,7 +330,7 @@ def coerce_rows(
             cols[j] = vals
             changed = True
     if changed or not set(map(type, rows)) <= {tuple}:
-        out = list(zip(*cols))
+        out = list(zip(*cols, strict=True))
     else:
         out = list(rows)  # already tuples of correctly typed values: reuse them
     return out, cols

@@ -48,7 +48,7 @@ def entries_to_table(schema: TableSchema, entries: Sequence[MemEntry]) -> pa.Tab
     lsn = np.repeat(np.array([e.lsn for e in entries], dtype=np.int64), sizes)
     diff = np.ones(len(lsn), dtype=np.int64)
     start = 0
-    for e, n in zip(entries, sizes):
+    for e, n in zip(entries, sizes, strict=True):
         if e.ndel:
             diff[start : start + e.ndel] = -1
         start += n
@@ -59,7 +59,7 @@ def entries_to_table(schema: TableSchema, entries: Sequence[MemEntry]) -> pa.Tab
 
 def arrow_filter_mask(table: pa.Table, filters: Sequence[tuple[str, list]], schema: TableSchema):
     """Boolean mask: every filter column's value is among its allowed values (None matches NULL)."""
-    types = dict(zip(schema.column_names, schema.arrow_schema().types))
+    types = dict(zip(schema.column_names, schema.arrow_schema().types, strict=True))
     mask = None
     for col, values in filters:
         m = pc.is_in(table[col], value_set=pa.array(values, type=types[col]), skip_nulls=False)

@@ -42,6 +42,7 @@ from partialflow.server.storage.query import parse_select, run_query
 from partialflow.server.storage.record import Overlay, Pending, WriteRecord, fmt_key
 from partialflow.server.storage.rowindex import RowIndex, key_hashes, row_hashes
 from partialflow.server.storage.schema import coerce_rows
+from partialflow.server.storage.segments import MemEntry
 from partialflow.server.storage.snapshot import Snapshot, TableView
 from partialflow.server.storage.wal import WalWriter
 
@@ -245,7 +246,7 @@ class Storage(CatalogOps):
         del_k = key_hashes(del_rows, schema) if pk and del_rows else []
         arrays = [
             pa.array(d + i, type=f.type)
-            for d, i, f in zip(del_cols, ins_cols, schema.arrow_schema())
+            for d, i, f in zip(del_cols, ins_cols, schema.arrow_schema(), strict=True)
         ]
         batch = pa.RecordBatch.from_arrays(arrays, schema=schema.arrow_schema())
         body = batch.serialize()
@@ -316,7 +317,7 @@ class Storage(CatalogOps):
         uniq = list(need)
         if entry.schema.primary_key:
             # A keyed table holds a row iff its key maps to exactly this row's digest.
-            have = {h: 1 for h, k in zip(hashes, keys) if committed.get(k) == h}
+            have = {h: 1 for h, k in zip(hashes, keys, strict=True) if committed.get(k) == h}
         else:
             have = committed
         pending = self._overlay_counts(entry.id, uniq, keys=False)

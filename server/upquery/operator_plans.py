@@ -106,7 +106,7 @@ def _join(op: Join, parents: list[DataFrame]) -> DataFrame:
     left = parents[0].select(*[_c(i).alias(f"_l{i}") for i in range(lw)])
     right = parents[1].select(*[_c(j).alias(f"_r{j}") for j in range(rw)])
     # Plain `==`: a NULL key compares as NULL and never matches, as in on_input.
-    conds = [F.col(f"_l{a}") == F.col(f"_r{b}") for a, b in zip(op.left_key, op.right_key)]
+    conds = [F.col(f"_l{a}") == F.col(f"_r{b}") for a, b in zip(op.left_key, op.right_key, strict=True)]
     on = reduce(lambda a, b: a & b, conds) if conds else F.lit(True)
     joined = left.join(right, on=on, how=op.join_kind)
     return _positional(joined.select(*[f"_l{i}" for i in range(lw)],
@@ -216,7 +216,7 @@ def _extreme_candidates(df: DataFrame, op: Aggregate,
     types), counted per (group, tag, value), then collected per group and tag.
     """
     keys = [f"_k{j}" for j in range(len(op.group_by))]
-    groups = [_c(c).alias(k) for k, c in zip(keys, op.group_by)]
+    groups = [_c(c).alias(k) for k, c in zip(keys, op.group_by, strict=True)]
     fields = [f"v{t}" for t in range(len(extremes))]
     tagged = F.array(*[
         F.struct(F.lit(t).alias("i"), *[

@@ -124,5 +124,5 @@ def key_filter(cols: list[int], keys: set[Row]) -> Column:
         return F.lit(False)
     if len(cols) == 1:
         return F.col(f"_c{cols[0]}").isin([k[0] for k in live])
-    conds = [reduce(lambda a, b: a & b, [F.col(f"_c{c}") == F.lit(v) for c, v in zip(cols, k)]) for k in live]
+    conds = [reduce(lambda a, b: a & b, [F.col(f"_c{c}") == F.lit(v) for c, v in zip(cols, k, strict=True)]) for k in live]
     return reduce(lambda a, b: a | b, conds)

@@ -95,7 +95,7 @@ def decanon(c: Any) -> Any:
 
 def canon_row(row: tuple, schema: tuple | None = None) -> tuple:
     types = [c[1] for c in schema] if schema else [None] * len(row)
-    return tuple(canon(v, t) for v, t in zip(row, types))
+    return tuple(canon(v, t) for v, t in zip(row, types, strict=True))
 
 
 def encode(v: Any, target: pb.Value) -> None:
@@ -157,7 +157,7 @@ def ref_batch(b: pb.RowBatch) -> list[tuple]:
             columns.append([None if i in null_set else next(it) for i in range(n)])
         else:
             raise Malformed("unknown kind")
-    return list(zip(*columns))
+    return list(zip(*columns, strict=True))
 
 
 def ref_write(req: pb.WriteRequest) -> tuple[list[tuple], list[tuple]]:
@@ -395,7 +395,8 @@ def write_requests(draw: Any) -> pb.WriteRequest:
     if clean and deletes and table == "fz_kv" and rnd.random() < 0.5:
         # An update: new values under the deleted rows' keys.
         deletes = list(dict.fromkeys(deletes))
-        inserts = [(d[0], *f[1:]) for d, f in zip(deletes, fresh)]
+        # Deduplicated deletes may be fewer than the fresh rows: update only that many.
+        inserts = [(d[0], *f[1:]) for d, f in zip(deletes, fresh, strict=False)]
     if strays and rnd.random() < 0.3:
         deletes += strays
     if deletes:
@@ -888,7 +889,7 @@ class Driver:
         self.seconds["check: lookup"] += time.monotonic() - t0
         assert code == grpc.StatusCode.OK, f"check lookup {view} {keys}: {code} {answer}"
         out = {}
-        for k, result in zip(keys, answer.results):
+        for k, result in zip(keys, answer.results, strict=True):
             rows = ref_rows(result.rows) + ref_batch(result.batch)
             out[k] = Counter(canon_row(r) for r in rows)
             self.filled.add((view, canon(k)))
@@ -926,7 +927,7 @@ class Driver:
         assert len(answer.results) == len(msg.keys), f"one result per key: {shown}"
         view = msg.view.lower()
         table = next((t for t, v in CHECK_VIEWS.items() if v == view), None)
-        for key, result in zip(msg.keys, answer.results):
+        for key, result in zip(msg.keys, answer.results, strict=True):
             values = tuple(ref_value(v) for v in key.values)
             if len(values) == 1 and values[0] is not None:
                 self.filled.add((view, canon(values[0])))
@@ -974,7 +975,7 @@ def fuzz_server(spark, tmp_path_factory):
 def _write_files(root) -> None:
     data = root / "files"
     data.mkdir(exist_ok=True)
-    cols = list(zip(*FILE_ROWS["parquet"]))
+    cols = list(zip(*FILE_ROWS["parquet"], strict=True))
     table = pa.table(
         {"k": pa.array(cols[0], pa.int64()), "s": pa.array(cols[1], pa.string()),
          "d": pa.array(cols[2], pa.float64())}

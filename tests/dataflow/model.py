@@ -95,7 +95,7 @@ class Model:
         self.lsn += 1
         rows = tuple(tuple(r) for r in deletes) + tuple(tuple(r) for r in inserts)
         diffs = (-1,) * len(deletes) + (1,) * len(inserts)
-        for row, d in zip(rows, diffs):
+        for row, d in zip(rows, diffs, strict=True):
             live[row] += d
             if not live[row]:
                 del live[row]

@@ -42,7 +42,7 @@ def _issue(h: Harness) -> None:
 
 
 def _assert_exact(h: Harness, view: str, keys: list, answers: list) -> None:
-    for key, (rows, lsn) in zip(keys, answers):
+    for key, (rows, lsn) in zip(keys, answers, strict=True):
         problem = h.mismatch(view, key, rows, lsn)
         assert problem is None, problem
 

@@ -152,7 +152,7 @@ class Ordering(RuleBasedStateMachine):
         self._resume_reads()
 
     def _check(self, view: str, read: Read) -> None:
-        for key, (rows, lsn) in zip(read.keys, read.answer()):
+        for key, (rows, lsn) in zip(read.keys, read.answer(), strict=True):
             assert lsn <= self.h.model.lsn
             problem = self.h.mismatch(view, key, rows, lsn)
             assert problem is None, problem
@@ -252,7 +252,7 @@ class Ordering(RuleBasedStateMachine):
             assert not problems, "\n".join(problems)
             # A last read of every key of every view, cold or hot.
             for view, keys in self.scenario.keys.items():
-                for key, (rows, lsn) in zip(keys, h.lookup(view, keys)):
+                for key, (rows, lsn) in zip(keys, h.lookup(view, keys), strict=True):
                     problem = h.mismatch(view, key, rows, lsn)
                     assert problem is None, problem
             h.settle()
@@ -288,7 +288,7 @@ def test_every_scenario_settles_exactly(name: str, data: st.DataObject) -> None:
     try:
         for step in range(3):
             for view, keys in sc.keys.items():
-                for key, (rows, lsn) in zip(keys, h.lookup(view, keys)):
+                for key, (rows, lsn) in zip(keys, h.lookup(view, keys), strict=True):
                     problem = h.mismatch(view, key, rows, lsn)
                     assert problem is None, problem
             for table in sc.tables:

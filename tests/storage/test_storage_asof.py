@@ -69,7 +69,7 @@ def test_as_of_exact_across_flushes_and_compaction(store: Storage) -> None:
     snaps = [store.snapshot(v) for v in vs]
     try:
         df = None
-        for v, snap in zip(vs, snaps):
+        for v, snap in zip(vs, snaps, strict=True):
             part = snap.table_df("t").withColumn("v", F.lit(v))
             df = part if df is None else df.unionByName(part)
         got: dict[int, Counter] = {v: Counter() for v in vs}

@@ -140,7 +140,7 @@ def check_state(op, h: Harness, state) -> None:
         assert norm(op.output_rows(group, entry)) == norm(op.output_rows(group, mine)), group
         if isinstance(op, Aggregate):  # sums may differ in the last bit; the rest exactly
             assert entry.rows == mine.rows
-            for f, a, b in zip(op.funcs, entry.states, mine.states):
+            for f, a, b in zip(op.funcs, entry.states, mine.states, strict=True):
                 if f.name in ("MIN", "MAX", "COUNT", "COUNT_STAR"):
                     assert a == b, (group, f.name)
         else:
