@@ -28,14 +28,29 @@ def setup(engine: Engine, rng: random.Random) -> None:
     ex = engine.execute
     ex("CREATE TABLE info (product TEXT PRIMARY KEY, category TEXT)")
     ex("CREATE TABLE visit (product TEXT, user TEXT, length BIGINT)")
-    ex("CREATE TABLE auction (id BIGINT PRIMARY KEY, category BIGINT, seller BIGINT, start_time BIGINT, expires BIGINT)")
+    ex(
+        "CREATE TABLE auction (id BIGINT PRIMARY KEY, category BIGINT, seller BIGINT, start_time "
+        "BIGINT, expires BIGINT)"
+    )
     ex("CREATE TABLE bid (bidder BIGINT, auction BIGINT, bid_time BIGINT, price DOUBLE)")
     engine.insert("info", [(f"p{i}", f"c{i % 20}") for i in range(1000)])
     engine.insert("auction", [(i, i % 10, i, i, i + 100) for i in range(2000)])
-    ex("CREATE VIEW maxlen AS SELECT category, MAX(length) AS m FROM info JOIN visit ON info.product = visit.product WHERE category = ? GROUP BY category")
-    ex("CREATE VIEW winning AS SELECT a.id AS auction, a.category AS category, MAX(b.price) AS price FROM auction a JOIN bid b ON a.id = b.auction GROUP BY a.id, a.category")
-    ex("CREATE VIEW avg_winning AS SELECT category, AVG(price) AS avg_price FROM winning WHERE category = ? GROUP BY category")
-    ex("CREATE VIEW hot AS SELECT auction, COUNT(*) AS bids FROM bid GROUP BY auction HAVING COUNT(*) > 10")
+    ex(
+        "CREATE VIEW maxlen AS SELECT category, MAX(length) AS m FROM info JOIN visit ON "
+        "info.product = visit.product WHERE category = ? GROUP BY category"
+    )
+    ex(
+        "CREATE VIEW winning AS SELECT a.id AS auction, a.category AS category, MAX(b.price) AS "
+        "price FROM auction a JOIN bid b ON a.id = b.auction GROUP BY a.id, a.category"
+    )
+    ex(
+        "CREATE VIEW avg_winning AS SELECT category, AVG(price) AS avg_price FROM winning WHERE "
+        "category = ? GROUP BY category"
+    )
+    ex(
+        "CREATE VIEW hot AS SELECT auction, COUNT(*) AS bids FROM bid GROUP BY auction HAVING "
+        "COUNT(*) > 10"
+    )
     df = engine.dataflow
     df.lookup("maxlen", [(f"c{i}",) for i in range(20)], min_lsn=None, timeout=120)
     df.lookup("avg_winning", [(i,) for i in range(10)], min_lsn=None, timeout=120)
@@ -57,7 +72,9 @@ def run(engine: Engine, table: str, make, batch: int, total: int) -> tuple[float
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--rows", type=int, default=20_000, help="rows per measurement (default 20000)")
     args = ap.parse_args()
     rng = random.Random(1)
@@ -75,7 +92,10 @@ def main() -> None:
                     float(rng.randrange(1, 10**5)))
 
         print(f"{'workload':<22}{'batch':>8}{'end-to-end deltas/s':>22}{'executor deltas/s':>20}")
-        for name, table, make in (("visits view", "visit", visit), ("Nexmark Q4 (2 outputs)", "bid", bid)):
+        for name, table, make in (
+            ("visits view", "visit", visit),
+            ("Nexmark Q4 (2 outputs)", "bid", bid),
+        ):
             for batch in (1, 100, 10_000):
                 total = min(args.rows, 2_000) if batch == 1 else args.rows
                 e2e, alone = run(engine, table, make, batch, total)

@@ -65,7 +65,10 @@ def miss_latency(res: dict, out: Path, stamp: str) -> Path | None:
     ax = axes[0]
     labels, data = [], []
     for m in miss["cold"]:
-        for name, key in (("partialflow\ncold read", "cold_read_ms"), ("bare\nPySpark", "bare_spark_ms")):
+        for name, key in (
+            ("partialflow\ncold read", "cold_read_ms"),
+            ("bare\nPySpark", "bare_spark_ms"),
+        ):
             labels.append(f"{m['view']}\n{name}")
             s = m[key]
             data.append([s["min"], s["p50"], s["p90"], s["p99"], s["max"]])

@@ -28,12 +28,17 @@ def rows(res: dict) -> list[tuple[str, str, str, str]]:
             if r["batch"] != 1:
                 continue
             ok = max(r["slowdown_calls"], r["slowdown_p50"], r["slowdown_p99"]) <= 1.5
-            out.append((
-                f"Hit path, single key, {r['concurrency']} client(s): within 1.5x of Ping",
-                f"{r['lookup']['calls_per_s']:,.0f} lookups/s, p50 {_ms(r['lookup']['latency_ms'])}, "
-                f"p99 {_ms(r['lookup']['latency_ms'], 'p99')}",
-                f"Ping {r['ping_calls_per_s']:,.0f}/s: x{r['slowdown_calls']} calls/s, "
-                f"x{r['slowdown_p50']} p50, x{r['slowdown_p99']} p99", _met(ok)))
+            out.append(
+                (
+                    f"Hit path, single key, {r['concurrency']} client(s): within 1.5x of Ping",
+                    f"{r['lookup']['calls_per_s']:,.0f} lookups/s, p50 "
+                    f"{_ms(r['lookup']['latency_ms'])}, "
+                    f"p99 {_ms(r['lookup']['latency_ms'], 'p99')}",
+                    f"Ping {r['ping_calls_per_s']:,.0f}/s: x{r['slowdown_calls']} calls/s, "
+                    f"x{r['slowdown_p50']} p50, x{r['slowdown_p99']} p99",
+                    _met(ok),
+                )
+            )
         for r in hit["runs"]:
             if r["batch"] == 1:
                 continue
@@ -64,12 +69,18 @@ def rows(res: dict) -> list[tuple[str, str, str, str]]:
         if not w:
             continue
         for r in w.get("peak", []):
-            out.append((
-                f"Writes through the {label}, {r['batch']} row(s) per write, {r['writers']} writers",
-                f"{r['view']['acked_rows_per_s']:,.0f} rows/s acknowledged, "
-                f"{r['view']['applied_rows_per_s']:,.0f} applied",
-                f"same rows into tables no view reads: {r['plain']['acked_rows_per_s']:,.0f} rows/s "
-                f"(x{r['view_vs_plain']})", "no goal"))
+            out.append(
+                (
+                    f"Writes through the {label}, {r['batch']} row(s) per write, {r['writers']} "
+                    "writers",
+                    f"{r['view']['acked_rows_per_s']:,.0f} rows/s acknowledged, "
+                    f"{r['view']['applied_rows_per_s']:,.0f} applied",
+                    f"same rows into tables no view reads: {r['plain']['acked_rows_per_s']:,.0f} "
+                    "rows/s "
+                    f"(x{r['view_vs_plain']})",
+                    "no goal",
+                )
+            )
         h = w.get("half_peak")
         if h:
             vis = h.get("write_to_visible_ms") or {}
@@ -77,12 +88,18 @@ def rows(res: dict) -> list[tuple[str, str, str, str]]:
             if h.get("write_to_visible_avg_winning_ms"):
                 a = h["write_to_visible_avg_winning_ms"]
                 extra = f"; in avg_winning p50 {_ms(a)} (n={a.get('n')})"
-            out.append((
-                f"Write-to-visible, {label}, half of peak ({h['target_rows_per_s']:,} rows/s target)",
-                f"visible in {h.get('probe_view')}: p50 {_ms(vis)}, p99 {_ms(vis, 'p99')}{extra}",
-                f"write acknowledged: p50 {_ms(h.get('write_ack_ms'))}, p99 "
-                f"{_ms(h.get('write_ack_ms'), 'p99')}; achieved {h['acked_rows_per_s']:,.0f} rows/s",
-                "no goal"))
+            out.append(
+                (
+                    f"Write-to-visible, {label}, half of peak ({h['target_rows_per_s']:,} rows/s "
+                    "target)",
+                    f"visible in {h.get('probe_view')}: p50 {_ms(vis)}, p99 "
+                    f"{_ms(vis, 'p99')}{extra}",
+                    f"write acknowledged: p50 {_ms(h.get('write_ack_ms'))}, p99 "
+                    f"{_ms(h.get('write_ack_ms'), 'p99')}; achieved {h['acked_rows_per_s']:,.0f} "
+                    "rows/s",
+                    "no goal",
+                )
+            )
             for r in h.get("readers", []):
                 out.append((
                     f"Nexmark readers during the writes: {r['name']}",
@@ -107,11 +124,17 @@ def rows(res: dict) -> list[tuple[str, str, str, str]]:
                 f"LRU simulation {r['simulated_lru_hit_rate']}", "no goal"))
         if full:
             z = full.get("zipf", {})
-            out.append((
-                f"Full materialization of {full['keys']:,} keys (read once each, no limit)",
-                f"{full['memory_bytes'] / 2**20:,.0f} MiB ({full['bytes_per_key']} B/key), filled "
-                f"in {full['seconds']:,.0f} s; Zipf reads {z.get('reads', {}).get('items_per_s', 0):,.0f} keys/s",
-                f"hit rate {z.get('hit_rate')}", "no goal"))
+            out.append(
+                (
+                    f"Full materialization of {full['keys']:,} keys (read once each, no limit)",
+                    f"{full['memory_bytes'] / 2**20:,.0f} MiB ({full['bytes_per_key']} B/key), "
+                    "filled "
+                    f"in {full['seconds']:,.0f} s; Zipf reads "
+                    f"{z.get('reads', {}).get('items_per_s', 0):,.0f} keys/s",
+                    f"hit rate {z.get('hit_rate')}",
+                    "no goal",
+                )
+            )
         rec = mem.get("recompute")
         if rec:
             best = max(mem.get("vs_recompute", []), key=lambda x: x["speedup_keys_per_s"] or 0,

@@ -95,7 +95,9 @@ def main(argv: list[str] | None = None) -> int:
     only = [s.strip() for s in args.only.split(",") if s.strip()]
     unknown = set(only) - set(SECTIONS)
     if unknown:
-        ap.error(f"unknown section(s) {', '.join(sorted(unknown))}; sections are {', '.join(SECTIONS)}")
+        ap.error(
+            f"unknown section(s) {', '.join(sorted(unknown))}; sections are {', '.join(SECTIONS)}"
+        )
     ensure_matplotlib()
 
     from common import LoadPool, log, machine
@@ -142,7 +144,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def summary(results: dict) -> str:
-    lines = ["", "goal                                                          measured        met"]
+    lines = [
+        "",
+        "goal                                                          measured        met",
+    ]
     for sec in results["sections"].values():
         for g in _goals(sec):
             lines.append(f"{g['text'][:60]:<60}  {str(g.get('value', '')):<14}  "

@@ -24,16 +24,29 @@ from partialflow.server.storage import Column, Storage, TableSchema
 
 SCHEMA = TableSchema(
     "events",
-    (Column("id", "BIGINT"), Column("user", "TEXT"), Column("amount", "DOUBLE"), Column("ok", "BOOLEAN")),
+    (
+        Column("id", "BIGINT"),
+        Column("user", "TEXT"),
+        Column("amount", "DOUBLE"),
+        Column("ok", "BOOLEAN"),
+    ),
 )
 PK_SCHEMA = TableSchema(
     "keyed",
-    (Column("id", "BIGINT", True), Column("user", "TEXT"), Column("amount", "DOUBLE"), Column("ok", "BOOLEAN")),
+    (
+        Column("id", "BIGINT", True),
+        Column("user", "TEXT"),
+        Column("amount", "DOUBLE"),
+        Column("ok", "BOOLEAN"),
+    ),
 )
 
 
 def make_rows(start: int, n: int, rng: random.Random) -> list[tuple]:
-    return [(start + i, f"user{rng.randrange(100_000)}", rng.random() * 100, i % 2 == 0) for i in range(n)]
+    return [
+        (start + i, f"user{rng.randrange(100_000)}", rng.random() * 100, i % 2 == 0)
+        for i in range(n)
+    ]
 
 
 def run_writes(base: Path, threads: int, batch: int, seconds: float, pk: bool) -> dict:
@@ -76,9 +89,14 @@ def run_writes(base: Path, threads: int, batch: int, seconds: float, pk: bool) -
     shutil.rmtree(d, ignore_errors=True)
     writes = sum(counts)
     return {
-        "threads": threads, "batch": batch, "pk": pk, "writes/s": writes / elapsed,
-        "rows/s": writes * batch / elapsed, "writes/fsync": writes / max(stats["fsyncs"] - fsyncs0, 1),
-        "delivered": delivered[0] == writes, "cpu_us_per_row": cpu / max(writes * batch, 1) * 1e6,
+        "threads": threads,
+        "batch": batch,
+        "pk": pk,
+        "writes/s": writes / elapsed,
+        "rows/s": writes * batch / elapsed,
+        "writes/fsync": writes / max(stats["fsyncs"] - fsyncs0, 1),
+        "delivered": delivered[0] == writes,
+        "cpu_us_per_row": cpu / max(writes * batch, 1) * 1e6,
     }
 
 
@@ -95,7 +113,10 @@ def run_scan(base: Path, nrows: int, repeats: int) -> None:
     for start in range(0, nrows, 1000):
         st.write("events", make_rows(start, min(1000, nrows - start), rng))
     st.flush()
-    print(f"\nloaded {nrows} rows in {time.perf_counter() - t0:.1f}s; segments: {st.stats()['segments']}")
+    print(
+        f"\nloaded {nrows} rows in {time.perf_counter() - t0:.1f}s; segments: "
+        f"{st.stats()['segments']}"
+    )
 
     def timed(label: str, fn) -> None:
         fn()  # warm-up (JIT, file listing caches)
@@ -131,7 +152,9 @@ def run_scan(base: Path, nrows: int, repeats: int) -> None:
     timed("key-filtered scan with deletes + memtable (consolidating)", by_key)
     t = time.perf_counter()
     figures = st.compact("events")
-    print(f"compaction of {nrows} rows: {time.perf_counter() - t:.1f}s {figures['tables']['events']}")
+    print(
+        f"compaction of {nrows} rows: {time.perf_counter() - t:.1f}s {figures['tables']['events']}"
+    )
     timed("full count after compaction", count_all)
     st.close()
 
@@ -148,16 +171,23 @@ def main() -> None:
     base.mkdir(parents=True, exist_ok=True)
     print(f"python {sys.version.split()[0]}, data under {base}")
     print(f"load average at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-    print(f"{'threads':>7} {'batch':>6} {'pk':>3} {'writes/s':>10} {'rows/s':>10} {'writes/fsync':>12}"
-          f" {'CPU us/row':>10}")
+    print(
+        f"{'threads':>7} {'batch':>6} {'pk':>3} {'writes/s':>10} {'rows/s':>10} "
+        f"{'writes/fsync':>12}"
+        f" {'CPU us/row':>10}"
+    )
     try:
         for pk in (False, True):
             for batch in (1, 1000):
                 for threads in (1, 4, 16):
                     r = run_writes(base, threads, batch, args.seconds, pk)
-                    print(f"{threads:>7} {batch:>6} {'y' if pk else 'n':>3} {r['writes/s']:>10.0f} "
-                          f"{r['rows/s']:>10.0f} {r['writes/fsync']:>12.1f} {r['cpu_us_per_row']:>10.1f}"
-                          + ("" if r["delivered"] else "  SUBSCRIBER MISMATCH"), flush=True)
+                    print(
+                        f"{threads:>7} {batch:>6} {'y' if pk else 'n':>3} {r['writes/s']:>10.0f} "
+                        f"{r['rows/s']:>10.0f} {r['writes/fsync']:>12.1f} "
+                        f"{r['cpu_us_per_row']:>10.1f}"
+                        + ("" if r["delivered"] else "  SUBSCRIBER MISMATCH"),
+                        flush=True,
+                    )
         if not args.no_scan:
             run_scan(base, args.scan_rows, args.repeats)
     finally:

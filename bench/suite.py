@@ -206,12 +206,30 @@ class Suite:
             c.lookup("hot", ())
 
         readers = [
-            {"name": "avg_winning (per category)", "threads": 4,
-             "op": {"kind": "lookup", "view": "avg_winning", "keys": {"type": "list", "values": cats}}},
-            {"name": "hot (auctions with > 10 bids)", "threads": 1,
-             "op": {"kind": "lookup", "view": "hot", "keys": {"type": "list", "values": [()]}}},
+            {
+                "name": "avg_winning (per category)",
+                "threads": 4,
+                "op": {
+                    "kind": "lookup",
+                    "view": "avg_winning",
+                    "keys": {"type": "list", "values": cats},
+                },
+            },
+            {
+                "name": "hot (auctions with > 10 bids)",
+                "threads": 1,
+                "op": {"kind": "lookup", "view": "hot", "keys": {"type": "list", "values": [()]}},
+            },
         ]
-        checks = [("avg_winning", k, ds.AVG_WINNING_SQL.replace("FROM winning", f"FROM ({ds.WINNING_SQL}) w")
-                   .replace("?", str(k))) for k in cats[:3]]
+        checks = [
+            (
+                "avg_winning",
+                k,
+                ds.AVG_WINNING_SQL.replace("FROM winning", f"FROM ({ds.WINNING_SQL}) w").replace(
+                    "?", str(k)
+                ),
+            )
+            for k in cats[:3]
+        ]
         checks.append(("hot", (), ds.HOT_SQL))
         self._writes("nexmark", self.nexmark_data(), gen, fill, readers, checks)

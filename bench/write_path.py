@@ -41,9 +41,12 @@ def write_peak(srv: InProcServer, pool: LoadPool, *, gen: dict, batches: list[in
         row["view_vs_plain"] = ratio(row["view"]["applied_rows_per_s"],
                                      row["plain"]["acked_rows_per_s"])
         out.append(row)
-        log(f"writes {gen['gen']:<8} batch {batch:<5} via view: {row['view']['acked_rows_per_s']:>9.0f} "
+        log(
+            f"writes {gen['gen']:<8} batch {batch:<5} via view: "
+            f"{row['view']['acked_rows_per_s']:>9.0f} "
             f"acked / {row['view']['applied_rows_per_s']:>9.0f} applied rows/s; plain table: "
-            f"{row['plain']['acked_rows_per_s']:>9.0f} rows/s -> {row['view_vs_plain']}")
+            f"{row['plain']['acked_rows_per_s']:>9.0f} rows/s -> {row['view_vs_plain']}"
+        )
     return out
 
 

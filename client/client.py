@@ -297,7 +297,10 @@ class Client:
         given = [k if isinstance(k, Hashable) else tuple(k) for k in keys]
         response = self._lookup(view, [_key_tuple(k) for k in given], min_lsn)
         columns = list(response.columns)
-        return {k: Result(_rows_of(r), columns, r.lsn) for k, r in zip(given, response.results, strict=True)}
+        return {
+            k: Result(_rows_of(r), columns, r.lsn)
+            for k, r in zip(given, response.results, strict=True)
+        }
 
     def query(self, sql: str, *, as_of: int | None = None) -> Result:
         """Run a SELECT over the base tables on Spark, at the latest LSN or at ``as_of``."""

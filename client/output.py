@@ -33,7 +33,10 @@ def format_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     ]
 
     def line(values: Sequence[str]) -> str:
-        parts = [v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric, strict=True)]
+        parts = [
+            v.rjust(w) if num else v.ljust(w)
+            for v, w, num in zip(values, widths, numeric, strict=True)
+        ]
         return " | ".join(parts).rstrip()
 
     out = [line(list(columns)), "-+-".join("-" * w for w in widths)]

@@ -35,7 +35,9 @@ class Join(Operator):
         if len(left_key) != len(right_key):
             raise ValueError(f"join keys differ in length: {left_key} vs {right_key}")
         if not 0 < left_width < len(self.columns):
-            raise ValueError(f"left_width {left_width} out of range for {len(self.columns)} columns")
+            raise ValueError(
+                f"left_width {left_width} out of range for {len(self.columns)} columns"
+            )
         right_width = len(self.columns) - left_width
         if any(not 0 <= c < left_width for c in left_key) or any(
                 not 0 <= c < right_width for c in right_key):

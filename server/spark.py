@@ -78,7 +78,8 @@ def _start(builder: SparkSession.Builder) -> SparkSession:
             if attempt == GATEWAY_ATTEMPTS:
                 break
             log.warning(
-                "Spark's Java gateway exited during start-up (attempt %d of %d); retrying in %.0f s",
+                "Spark's Java gateway exited during start-up (attempt %d of %d); retrying in %.0f "
+                "s",
                 attempt,
                 GATEWAY_ATTEMPTS,
                 delay,

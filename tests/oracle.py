@@ -47,7 +47,9 @@ def oracle(client: Any, sql: str, key: Sequence[Any], lsn: int) -> list[tuple]:
     return client.query(bind_params(sql, key), as_of=lsn).rows
 
 
-def assert_matches(client: Any, sql: str, key: Sequence[Any], result: Any, ordered: bool = False) -> None:
+def assert_matches(
+    client: Any, sql: str, key: Sequence[Any], result: Any, ordered: bool = False
+) -> None:
     """The view's result equals Spark over the base tables at the result's LSN."""
     expected = oracle(client, sql, key, result.lsn)
     if ordered:
@@ -56,13 +58,18 @@ def assert_matches(client: Any, sql: str, key: Sequence[Any], result: Any, order
         assert got == want, f"key {key!r} at LSN {result.lsn}: view {got} != Spark {want}"
     else:
         assert norm(result.rows) == norm(expected), (
-            f"key {key!r} at LSN {result.lsn}: view {sorted(map(repr, result.rows))} != Spark {sorted(map(repr, expected))}"
+            f"key {key!r} at LSN {result.lsn}: view {sorted(map(repr, result.rows))} != Spark "
+            f"{sorted(map(repr, expected))}"
         )
 
 
-def oracle_many(client: Any, sql: str, keys: Sequence[Sequence[Any]], lsn: int) -> list[list[tuple]]:
+def oracle_many(
+    client: Any, sql: str, keys: Sequence[Sequence[Any]], lsn: int
+) -> list[list[tuple]]:
     """One Spark job answering the view's SQL for several keys at one LSN."""
-    parts = [f"SELECT {i} AS _pf_key, * FROM ({bind_params(sql, k)}) q{i}" for i, k in enumerate(keys)]
+    parts = [
+        f"SELECT {i} AS _pf_key, * FROM ({bind_params(sql, k)}) q{i}" for i, k in enumerate(keys)
+    ]
     rows = client.query(" UNION ALL ".join(parts), as_of=lsn).rows
     out: list[list[tuple]] = [[] for _ in keys]
     for r in rows:
@@ -70,7 +77,9 @@ def oracle_many(client: Any, sql: str, keys: Sequence[Sequence[Any]], lsn: int) 
     return out
 
 
-def check_results(client: Any, sql: str, results: dict[Any, Any], sample: int | None = None) -> list[str]:
+def check_results(
+    client: Any, sql: str, results: dict[Any, Any], sample: int | None = None
+) -> list[str]:
     """Compare {key: Result} with Spark (one job per distinct LSN); returns mismatches.
 
     ``sample`` checks only that many keys (spread evenly), since each key is a subquery."""
@@ -87,5 +96,8 @@ def check_results(client: Any, sql: str, results: dict[Any, Any], sample: int | 
         for key, want in zip(keys, oracle_many(client, sql, tuples, lsn), strict=True):
             got = results[key].rows
             if norm(got) != norm(want):
-                bad.append(f"key {key!r} at LSN {lsn}: view {sorted(map(repr, got))} != Spark {sorted(map(repr, want))}")
+                bad.append(
+                    f"key {key!r} at LSN {lsn}: view {sorted(map(repr, got))} != Spark "
+                    f"{sorted(map(repr, want))}"
+                )
     return bad

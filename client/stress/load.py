@@ -263,7 +263,8 @@ def progress_line(journal: Journal, elapsed: float) -> str:
     rate = f"{writes / elapsed:.0f} w/s, {reads / elapsed:.0f} r/s" if elapsed > 0 else ""
     fault = f", FAULT {active}" if active else ""
     return (
-        f"[{elapsed:5.0f}s] writes {writes}, reads {reads} ({rate}), evictions {journal.evictions}, "
+        f"[{elapsed:5.0f}s] writes {writes}, reads {reads} ({rate}), evictions "
+        f"{journal.evictions}, "
         f"errors {errors}{fault}"
     )
 

@@ -157,7 +157,8 @@ def render(s: dict[str, Any]) -> str:
     e, v, lost = s["errors"], s["verification"], s["lost_writes"]
     ops = ", ".join(f"{w.get(k, 0)} {k}s" for k in ("insert", "delete", "update"))
     out = [
-        f"partialflow stress: {s['seconds']} s against {s['server']}, views {', '.join(s['views'])} (prefix {s['prefix']}, seed {s['seed']})",
+        f"partialflow stress: {s['seconds']} s against {s['server']}, views "
+        f"{', '.join(s['views'])} (prefix {s['prefix']}, seed {s['seed']})",
         "",
         "operations",
         f"  writes     {w['acknowledged']} acknowledged ({w['per_second']}/s): {ops}",
@@ -166,16 +167,20 @@ def render(s: dict[str, Any]) -> str:
             f"{r['lookup_many']} of them lookup_many; then {r['recovery_keys']} keys re-read cold"
         ),
         (
-            f"  evictions  {s['evictions']['calls']} evict calls by this run ({s['evictions']['keys']} keys); "
-            f"the server evicted {srv.get('evictions', 0)} keys of these views in all (memory pressure included)"
+            f"  evictions  {s['evictions']['calls']} evict calls by this run "
+            f"({s['evictions']['keys']} keys); "
+            f"the server evicted {srv.get('evictions', 0)} keys of these views in all (memory "
+            "pressure included)"
         ),
         "",
-        f"read latency, ms (client side; a call slower than {lat['miss_threshold']:g} ms counts as a miss)",
+        f"read latency, ms (client side; a call slower than {lat['miss_threshold']:g} ms counts as "
+        "a miss)",
         "               count      p50      p90      p99      max",
         f"  hits       {_lat(lat['hits'])}",
         f"  misses     {_lat(lat['misses'])}",
         (
-            f"  server     {srv.get('hits', 0)} hits, {srv.get('misses', 0)} misses, {srv.get('upqueries', 0)} upqueries "
+            f"  server     {srv.get('hits', 0)} hits, {srv.get('misses', 0)} misses, "
+            f"{srv.get('upqueries', 0)} upqueries "
             f"for these views; upquery ms {_fmt_pct(srv.get('upquery_ms') or {})}"
         ),
         "",
@@ -189,7 +194,8 @@ def render(s: dict[str, Any]) -> str:
         out += ["", "fault windows"]
         for f in s["faults"]:
             out.append(
-                f"  {f['start']:6.1f}-{f['end']:6.1f} s  {f['mode']:<10} {f['reads_ok']} keys read fine, errors: {_counts(f['errors'])}"
+                f"  {f['start']:6.1f}-{f['end']:6.1f} s  {f['mode']:<10} {f['reads_ok']} keys read "
+                f"fine, errors: {_counts(f['errors'])}"
             )
         rec = s["recovery"]
         out.append(
@@ -205,7 +211,8 @@ def render(s: dict[str, Any]) -> str:
     if s["planted"]:
         out += [
             "",
-            f"self-test: a wrong answer was planted in {s['planted']} (--plant-wrong-answer); this run must FAIL",
+            f"self-test: a wrong answer was planted in {s['planted']} (--plant-wrong-answer); this "
+            "run must FAIL",
         ]
     elif s["plant"]:
         out += ["", f"self-test: no read of {s['plant']} succeeded, so no wrong answer was planted"]
@@ -213,7 +220,8 @@ def render(s: dict[str, Any]) -> str:
         out += ["", "LSN went backwards for a client:", *[f"  {x}" for x in s["lsn_regressions"]]]
     out += [
         "",
-        f"verification (Spark over the recorded write history: {v['spark_jobs']} jobs, {v['snapshots']} snapshots, {v['seconds']} s)",
+        f"verification (Spark over the recorded write history: {v['spark_jobs']} jobs, "
+        f"{v['snapshots']} snapshots, {v['seconds']} s)",
         f"  reads checked  {v['checked']} of {r['keys'] + r['recovery_keys']}",
         f"  mismatches     {v['mismatches']}",
     ]
@@ -221,13 +229,15 @@ def render(s: dict[str, Any]) -> str:
         out += [
             (
                 f"  MISMATCH {i}: view {m['view']} key {tuple(m['key'])!r} at LSN {m['lsn']} "
-                f"(read at {m['at_second']} s by reader {m['reader']}, {m['call']}, fault: {m['fault']})"
+                f"(read at {m['at_second']} s by reader {m['reader']}, {m['call']}, fault: "
+                f"{m['fault']})"
             ),
             f"    served:   {m['served']}",
             f"    expected: {m['expected']}",
         ]
     out.append(
-        f"  lost writes    {lost['differences']} row differences between the tables and the acknowledged writes "
+        f"  lost writes    {lost['differences']} row differences between the tables and the "
+        "acknowledged writes "
         f"(checked at LSN {', '.join(map(str, lost['checked_at_lsns'])) or '-'})"
     )
     out += [f"    {x}" for x in lost["first"]]

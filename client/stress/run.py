@@ -283,7 +283,8 @@ def run_stress(client: Client, args: argparse.Namespace) -> int:
         seed = _setup(client, prefix, views, random.Random(args.seed), journal, created)
         phases["setup"], clock = time.monotonic() - clock, time.monotonic()
         print(
-            f"stress: prefix {prefix}, {len(views)} views, {cfg.writers} writers, {cfg.readers} readers, "
+            f"stress: prefix {prefix}, {len(views)} views, {cfg.writers} writers, {cfg.readers} "
+            "readers, "
             f"{cfg.duration:g} s" + (f", faults {','.join(cfg.faults)}" if cfg.faults else ""),
             file=sys.stderr,
         )

@@ -64,7 +64,8 @@ def intervals(writes: list[Write]) -> dict[str, list[tuple]]:
             opened = alive[w.table][row]
             if not opened:  # the run's own bookkeeping is wrong: say so, don't guess
                 raise ValueError(
-                    f"write at LSN {w.lsn} deletes {row!r} from {w.table}, which no recorded write inserted"
+                    f"write at LSN {w.lsn} deletes {row!r} from {w.table}, which no recorded write "
+                    "inserted"
                 )
             out[w.table].append((*row, opened.popleft(), w.lsn))
         for row in w.inserts:
@@ -105,14 +106,16 @@ def check_tables(client: Any, prefix: str, writes: list[Write], lsns: list[int])
                     w.lsn for w in writes if w.table == table and row in w.inserts and w.lsn <= lsn
                 ]
                 problems.append(
-                    f"{table} at LSN {lsn}: {n} x {row!r} missing (inserted by the write(s) at LSN {by[-3:]})"
+                    f"{table} at LSN {lsn}: {n} x {row!r} missing (inserted by the write(s) at LSN "
+                    f"{by[-3:]})"
                 )
             for row, n in (got[table] - want).items():
                 by = [
                     w.lsn for w in writes if w.table == table and row in w.deletes and w.lsn <= lsn
                 ]
                 problems.append(
-                    f"{table} at LSN {lsn}: {n} x {row!r} present but deleted (by the write(s) at LSN {by[-3:]})"
+                    f"{table} at LSN {lsn}: {n} x {row!r} present but deleted (by the write(s) at "
+                    f"LSN {by[-3:]})"
                 )
     return problems
 

@@ -66,7 +66,8 @@ VIEWS: tuple[ViewSpec, ...] = (
     ViewSpec(
         "maxlen",
         "running example 1: MAX over a join, by category",
-        "SELECT category, MAX(length) AS max_length FROM {p}info JOIN {p}visit ON {p}info.product = {p}visit.product "
+        "SELECT category, MAX(length) AS max_length FROM {p}info JOIN {p}visit ON {p}info.product "
+        "= {p}visit.product "
         "WHERE category = ? GROUP BY category",
         "SELECT i._at, i.category, i.category, MAX(v.length) FROM info_at i JOIN visit_at v "
         "ON i.product = v.product AND i._at = v._at GROUP BY i._at, i.category",
@@ -76,9 +77,11 @@ VIEWS: tuple[ViewSpec, ...] = (
     ViewSpec(
         "product_visits",
         "inner join, keyed on the join column",
-        "SELECT {p}visit.product, {p}visit.user_name, {p}visit.length, {p}info.category FROM {p}visit "
+        "SELECT {p}visit.product, {p}visit.user_name, {p}visit.length, {p}info.category FROM "
+        "{p}visit "
         "JOIN {p}info ON {p}visit.product = {p}info.product WHERE {p}visit.product = ?",
-        "SELECT v._at, v.product, v.product, v.user_name, v.length, i.category FROM visit_at v JOIN info_at i "
+        "SELECT v._at, v.product, v.product, v.user_name, v.length, i.category FROM visit_at v "
+        "JOIN info_at i "
         "ON v.product = i.product AND v._at = i._at",
         tuple((p,) for p in PRODUCTS),
         ("info", "visit"),
@@ -86,9 +89,11 @@ VIEWS: tuple[ViewSpec, ...] = (
     ViewSpec(
         "category_visits",
         "left join, keyed on a column of the left side",
-        "SELECT {p}info.product, {p}info.category, {p}visit.user_name, {p}visit.length FROM {p}info "
+        "SELECT {p}info.product, {p}info.category, {p}visit.user_name, {p}visit.length FROM "
+        "{p}info "
         "LEFT JOIN {p}visit ON {p}info.product = {p}visit.product WHERE {p}info.category = ?",
-        "SELECT i._at, i.category, i.product, i.category, v.user_name, v.length FROM info_at i LEFT JOIN visit_at v "
+        "SELECT i._at, i.category, i.product, i.category, v.user_name, v.length FROM info_at i "
+        "LEFT JOIN visit_at v "
         "ON i.product = v.product AND i._at = v._at",
         tuple((c,) for c in CATEGORIES),
         ("info", "visit"),
@@ -96,9 +101,11 @@ VIEWS: tuple[ViewSpec, ...] = (
     ViewSpec(
         "top3",
         "top-k per key (ORDER BY ... LIMIT 3)",
-        "SELECT game, player, points FROM {p}score WHERE game = ? ORDER BY points DESC, player LIMIT 3",
+        "SELECT game, player, points FROM {p}score WHERE game = ? ORDER BY points DESC, player "
+        "LIMIT 3",
         "SELECT _at, game, game, player, points FROM (SELECT *, row_number() OVER "
-        "(PARTITION BY _at, game ORDER BY points DESC, player) AS _rn FROM score_at) WHERE _rn <= 3",
+        "(PARTITION BY _at, game ORDER BY points DESC, player) AS _rn FROM score_at) WHERE _rn <= "
+        "3",
         tuple((g,) for g in GAMES),
         ("score",),
     ),
@@ -113,7 +120,8 @@ VIEWS: tuple[ViewSpec, ...] = (
     ViewSpec(
         "tags",
         "UNION of two tables (the base of tagged)",
-        "SELECT category AS tag, product FROM {p}info UNION SELECT user_name AS tag, product FROM {p}visit WHERE length > 70",
+        "SELECT category AS tag, product FROM {p}info UNION SELECT user_name AS tag, product FROM "
+        "{p}visit WHERE length > 70",
         None,
         (),
         ("info", "visit"),
@@ -122,7 +130,8 @@ VIEWS: tuple[ViewSpec, ...] = (
         "tagged",
         "a keyed view over a UNION view",
         "SELECT tag, product FROM {p}tags WHERE tag = ?",
-        "SELECT DISTINCT _at, tag, tag, product FROM (SELECT _at, category AS tag, product FROM info_at "
+        "SELECT DISTINCT _at, tag, tag, product FROM (SELECT _at, category AS tag, product FROM "
+        "info_at "
         "UNION SELECT _at, user_name AS tag, product FROM visit_at WHERE length > 70)",
         tuple((t,) for t in CATEGORIES[:4] + USERS[:12]),
         ("info", "visit"),
@@ -140,9 +149,12 @@ VIEWS: tuple[ViewSpec, ...] = (
     ViewSpec(
         "avg_winning",
         "running example 2: average winning bid per category (a view over a view)",
-        "SELECT category, AVG(price) AS avg_price FROM {p}winning WHERE category = ? GROUP BY category",
-        "SELECT _at, category, category, AVG(price) FROM (SELECT a._at, a.id, a.category, MAX(b.price) AS price "
-        "FROM auction_at a JOIN bid_at b ON a.id = b.auction AND a._at = b._at GROUP BY a._at, a.id, a.category) "
+        "SELECT category, AVG(price) AS avg_price FROM {p}winning WHERE category = ? GROUP BY "
+        "category",
+        "SELECT _at, category, category, AVG(price) FROM (SELECT a._at, a.id, a.category, "
+        "MAX(b.price) AS price "
+        "FROM auction_at a JOIN bid_at b ON a.id = b.auction AND a._at = b._at GROUP BY a._at, "
+        "a.id, a.category) "
         "GROUP BY _at, category",
         tuple((c,) for c in AUCTION_CATEGORIES),
         ("auction", "bid"),

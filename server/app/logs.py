@@ -1,7 +1,7 @@
 """Structured server logs: one record per line on stderr, as logfmt or JSON.
 
-    ts=2026-11-21T10:00:00.123Z level=info logger=partialflow.server.app.main msg="serving" port=50051
-    {"ts": "2026-11-21T10:00:00.123Z", "level": "info", "msg": "serving", "port": 50051, ...}
+  ts=2026-11-21T10:00:00.123Z level=info logger=partialflow.server.app.main msg="serving" port=50051
+  {"ts": "2026-11-21T10:00:00.123Z", "level": "info", "msg": "serving", "port": 50051, ...}
 
 Fields passed with ``log.info("loaded", extra={"table": "t", "rows": 10})`` become their own
 keys, so a log shipper can index them without parsing the message.

@@ -161,7 +161,9 @@ class Evictor:
         it could have affected (computable from the row's own columns)."""
         for st, fk in downstream_keys(node, pidx, row):
             if fk is None:
-                log.warning("cannot compute key of %s from a dropped update; evicting all of it", st.label)
+                log.warning(
+                    "cannot compute key of %s from a dropped update; evicting all of it", st.label
+                )
                 for k in st.filled_keys() + st.pending_keys():
                     self.evict(st, k)
             else:
@@ -183,7 +185,9 @@ def downstream_keys(node: Node, pidx: int, row: Row) -> list[tuple[State, Row | 
     return out
 
 
-def _walk_known(node: Node, pidx: int, known: dict[int, Any], out: list, through: bool = False) -> None:
+def _walk_known(
+    node: Node, pidx: int, known: dict[int, Any], out: list, through: bool = False
+) -> None:
     st = node.own
     if st is not None and not through:
         out.append((st, _key_from_known(st, node, pidx, known)))

@@ -67,7 +67,9 @@ class Executor:
         self.stats = Stats()
         self.publisher = Publisher(start_lsn)
         self.evictor = Evictor(memory_limit, self.stats, self.publisher)
-        self.fills = FillCoordinator(self, runner, self.stats, upquery_timeout=upquery_timeout, clock=clock)
+        self.fills = FillCoordinator(
+            self, runner, self.stats, upquery_timeout=upquery_timeout, clock=clock
+        )
         self.evictor.fills = self.fills
         # Keys filled or changed by the current packet: accounted (LRU, bytes) and
         # republished (readers) when it ends. A dict, not a set: states hash by identity,
@@ -155,7 +157,9 @@ class Executor:
             while pub.lsn < lsn:
                 left = deadline - time.monotonic()
                 if left <= 0 or not self._threaded:
-                    raise DeadlineExceeded(f"timed out waiting for LSN {lsn} (applied: {self.applied_lsn})")
+                    raise DeadlineExceeded(
+                        f"timed out waiting for LSN {lsn} (applied: {self.applied_lsn})"
+                    )
                 self.lsn_changed.wait(min(left, 0.5))
 
     # -- the loop ----------------------------------------------------------------------
@@ -277,7 +281,11 @@ class Executor:
                 continue
             first = items[0]
             assert isinstance(first, (HeldNode, HeldJoin))
-            captured = {k: v for h in items for k, v in h.captured.items()} if isinstance(first, HeldJoin) else None  # type: ignore[union-attr]
+            captured = (
+                {k: v for h in items for k, v in h.captured.items()}
+                if isinstance(first, HeldJoin)
+                else None
+            )  # type: ignore[union-attr]
             self._propagate([(first.node, first.parent, [h.delta for h in items])], lsn, captured)  # type: ignore[union-attr]
 
     # -- propagation -------------------------------------------------------------------
@@ -313,7 +321,9 @@ class Executor:
                     for child, cidx in node.children:
                         push(child, cidx, out)
 
-    def _replay_join(self, node: Node, pidx: int, deltas: list[Delta], captured: Captured) -> list[Delta]:
+    def _replay_join(
+        self, node: Node, pidx: int, deltas: list[Delta], captured: Captured
+    ) -> list[Delta]:
         """Compute held join deltas now that the side they missed is filled. The side
         indexes outside the fill were captured when the deltas were held (they have moved
         on since), and the delta's own side was updated then, so it is not touched here."""

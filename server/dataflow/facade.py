@@ -44,13 +44,26 @@ class Dataflow:
     """``storage``: the base tables (subscribe, snapshot LSNs, catalog of tables and
     persisted views); ``runner``: answers upqueries."""
 
-    def __init__(self, storage: Any, runner: UpqueryRunner, *, memory_limit: int | None = None,
-                 upquery_timeout: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        storage: Any,
+        runner: UpqueryRunner,
+        *,
+        memory_limit: int | None = None,
+        upquery_timeout: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.storage = storage
         self.graph = Graph()
         self.runner = runner
-        self.executor = Executor(self.graph, runner, memory_limit=memory_limit,
-                                 upquery_timeout=upquery_timeout, start_lsn=storage.last_lsn, clock=clock)
+        self.executor = Executor(
+            self.graph,
+            runner,
+            memory_limit=memory_limit,
+            upquery_timeout=upquery_timeout,
+            start_lsn=storage.last_lsn,
+            clock=clock,
+        )
         self.memory_limit = memory_limit
         self.upquery_timeout = upquery_timeout
         self.deps: dict[str, set[str]] = {}  # view -> views it is defined over
@@ -81,7 +94,9 @@ class Dataflow:
     # -- views -------------------------------------------------------------------------
     def create_view(self, name: str, sql: str) -> None:
         if not _IDENT.match(name or ""):
-            raise InvalidArgument(f"view name {name!r} is not a plain identifier (letters, digits, _; at most 64)")
+            raise InvalidArgument(
+                f"view name {name!r} is not a plain identifier (letters, digits, _; at most 64)"
+            )
         with self._ddl:
             self._create(name.lower(), sql, persist=True)
 
@@ -98,14 +113,19 @@ class Dataflow:
         self._params[name] = params
         if waiter is not None:
             if not ex.wait_event(waiter.event, self.upquery_timeout * 10):
-                waiter.error = DeadlineExceeded(f"loading the full state of view {name!r} timed out")
+                waiter.error = DeadlineExceeded(
+                    f"loading the full state of view {name!r} timed out"
+                )
             if waiter.error is not None:
                 self._remove(name)
                 raise waiter.error
         full = ex.evictor.full_bytes
         if self.memory_limit is not None and full > self.memory_limit:
             self._remove(name)
-            raise ResourceExhausted(f"view {name!r} needs {full} bytes of full state, more than the memory limit of {self.memory_limit} bytes")
+            raise ResourceExhausted(
+                f"view {name!r} needs {full} bytes of full state, more than the memory limit of "
+                f"{self.memory_limit} bytes"
+            )
         self.deps[name] = used
         if persist:
             self.storage.save_view(name, sql)
@@ -117,7 +137,9 @@ class Dataflow:
         created and nothing is shared with existing views), and returns the operator
         tree with each state partial or full, its key, and why."""
         if not _IDENT.match(name or ""):
-            raise InvalidArgument(f"view name {name!r} is not a plain identifier (letters, digits, _; at most 64)")
+            raise InvalidArgument(
+                f"view name {name!r} is not a plain identifier (letters, digits, _; at most 64)"
+            )
         used: set[str] = set()
         plan = Planner(self._table_columns, lambda v: self._view_plan(v, used)).plan(sql)
         scratch = Graph()
@@ -143,14 +165,18 @@ class Dataflow:
                 raise NotFound(f"unknown view {name!r}")
             users = sorted(v for v, d in self.deps.items() if name in d)
             if users:
-                raise FailedPrecondition(f"view {name!r} is used by view(s) {', '.join(users)}; drop those first")
+                raise FailedPrecondition(
+                    f"view {name!r} is used by view(s) {', '.join(users)}; drop those first"
+                )
             self._remove(name)
             self.storage.drop_view(name)
 
     def check_drop_table(self, table: str) -> None:
         users = self.graph.users_of_table(table.lower())
         if users:
-            raise FailedPrecondition(f"table {table!r} is used by view(s) {', '.join(users)}; drop those first")
+            raise FailedPrecondition(
+                f"table {table!r} is used by view(s) {', '.join(users)}; drop those first"
+            )
 
     def _table_columns(self, name: str) -> tuple[str, ...] | None:
         try:
@@ -201,7 +227,9 @@ class Dataflow:
         read = Read(ex, reader, checked).start()
         while read.waiter is not None:
             if not ex.wait_event(read.waiter.event, max(0.0, deadline - time.monotonic())):
-                raise DeadlineExceeded(f"lookup in view {reader.name!r} timed out waiting for an upquery")
+                raise DeadlineExceeded(
+                    f"lookup in view {reader.name!r} timed out waiting for an upquery"
+                )
             read.resume()
         out = read.answer()
         for fn in self.read_observers:

@@ -195,13 +195,17 @@ class FillCoordinator:
         self._retire(fill)
         ms = (self.clock() - fill.started) * 1000
         self.stats.record_upquery(ms)
-        self.host.observe("upquery", {"view": fill.requester.node.view, "ms": ms, "ok": error is None})
+        self.host.observe(
+            "upquery", {"view": fill.requester.node.view, "ms": ms, "ok": error is None}
+        )
         if error is not None:
             self._fail(fill, error)
             return
         assert results is not None
         for x in sorted(fill.keys, key=lambda s: s.node.nid):
-            keys = [k for k in fill.keys[x] if k not in fill.cancelled and x.pending_fill(k) is fill]
+            keys = [
+                k for k in fill.keys[x] if k not in fill.cancelled and x.pending_fill(k) is fill
+            ]
             if x.source is None:
                 self._load(x, keys, results[x.sid])
             else:
@@ -263,8 +267,20 @@ class FillCoordinator:
         now = self.clock()
         for fill in list(self.active):
             if now - fill.started > self.upquery_timeout:
-                self.host.observe("upquery", {"view": fill.requester.node.view, "ms": (now - fill.started) * 1000, "ok": False})
-                self.abort(fill, DeadlineExceeded(f"upquery for {fill.label()} exceeded {self.upquery_timeout:g}s"))
+                self.host.observe(
+                    "upquery",
+                    {
+                        "view": fill.requester.node.view,
+                        "ms": (now - fill.started) * 1000,
+                        "ok": False,
+                    },
+                )
+                self.abort(
+                    fill,
+                    DeadlineExceeded(
+                        f"upquery for {fill.label()} exceeded {self.upquery_timeout:g}s"
+                    ),
+                )
 
     def abort(self, fill: Fill, error: Exception) -> None:
         """Give up on a fill before its reply: its keys become holes again everywhere (a

@@ -115,10 +115,14 @@ class Graph:
             return self._build_grouped(pn, op, req, new_full, used)
         if isinstance(op, Join):
             return self._build_join(pn, op, req, new_full, used)
-        parents = [self._build(p, mz.trace(op, req, i), new_full, used) for i, p in enumerate(pn.parents)]
+        parents = [
+            self._build(p, mz.trace(op, req, i), new_full, used) for i, p in enumerate(pn.parents)
+        ]
         return self._shared(op, parents, (), used)
 
-    def _build_grouped(self, pn: PlanNode, op: GroupedOperator, req: Req, new_full: list[State], used: list[Node]) -> Node:
+    def _build_grouped(
+        self, pn: PlanNode, op: GroupedOperator, req: Req, new_full: list[State], used: list[Node]
+    ) -> Node:
         decision = mz.grouped_decision(op, req)
         partial = decision.mode == "partial"
         if not partial:
@@ -131,7 +135,9 @@ class Graph:
             node = self._new_node(op.columns, op, [parent])
             node.signature = sig
             self.by_signature[sig] = node
-            node.own = self._state(node, "grouped", op.group_columns(), decision, f"{op.symbol} n{node.nid}")
+            node.own = self._state(
+                node, "grouped", op.group_columns(), decision, f"{op.symbol} n{node.nid}"
+            )
             if partial:
                 mz.link(node.own, parent, parent_req)
             else:
@@ -139,7 +145,9 @@ class Graph:
         used.append(node)
         return node
 
-    def _build_join(self, pn: PlanNode, op: Join, req: Req, new_full: list[State], used: list[Node]) -> Node:
+    def _build_join(
+        self, pn: PlanNode, op: Join, req: Req, new_full: list[State], used: list[Node]
+    ) -> Node:
         decisions = mz.join_decisions(op, req)
         parents = []
         for s, p in enumerate(pn.parents):
@@ -184,7 +192,9 @@ class Graph:
         self.nodes[node.nid] = node
         return node
 
-    def _state(self, node: Node, kind: str, index: tuple[int, ...], d: mz.Decision, label: str) -> State:
+    def _state(
+        self, node: Node, kind: str, index: tuple[int, ...], d: mz.Decision, label: str
+    ) -> State:
         mode: Mode = d.mode
         st = State(next(self._sids), node, kind, tuple(index), tuple(d.key), mode, label=label)  # type: ignore[arg-type]
         st.reason = d.reason

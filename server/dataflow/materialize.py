@@ -44,17 +44,30 @@ class Decision:
 
 # -- per kind of state -----------------------------------------------------------------------
 def reader_decision(key: tuple[int, ...]) -> Decision:
-    why = "keyed by the view's parameters; filled per key on read" if key else "no parameters: one key, filled on the first read"
+    why = (
+        "keyed by the view's parameters; filled per key on read"
+        if key
+        else "no parameters: one key, filled on the first read"
+    )
     return Decision("partial", tuple(key), why)
 
 
 def grouped_decision(op: GroupedOperator, req: Req) -> Decision:
     """Partial when the key above is made of this operator's grouping columns."""
     if req is not None and set(req) <= set(op.group_columns()):
-        return Decision("partial", tuple(req), "the key above is copied from grouping columns here, so it is filled per key with it")
+        return Decision(
+            "partial",
+            tuple(req),
+            "the key above is copied from grouping columns here, so it is filled per key with it",
+        )
     if req is None:
         return Decision("full", (), "a state above is full, so everything below it is full")
-    return Decision("full", (), "key column computed by an aggregate (not a grouping column), so no key can be pushed below it")
+    return Decision(
+        "full",
+        (),
+        "key column computed by an aggregate (not a grouping column), so no key can be pushed "
+        "below it",
+    )
 
 
 def join_decisions(op: Join, req: Req) -> dict[int, Decision]:
@@ -65,13 +78,27 @@ def join_decisions(op: Join, req: Req) -> dict[int, Decision]:
     for s in (0, 1):
         mine, other = trace(op, req, s), trace(op, req, 1 - s)
         if mine is not None and set(mine) <= set(idx[s]):
-            out[s] = Decision("partial", mine, "the key above is the join key, so this index is filled per key with it")
+            out[s] = Decision(
+                "partial",
+                mine,
+                "the key above is the join key, so this index is filled per key with it",
+            )
         elif other is not None and join_kind(op) == "inner" and req:
-            out[s] = Decision("miss", idx[s], "updates from the other side carry the key above, so a miss here evicts exactly the keys they affect")
+            out[s] = Decision(
+                "miss",
+                idx[s],
+                "updates from the other side carry the key above, so a miss here evicts exactly "
+                "the keys they affect",
+            )
         elif req is None:
             out[s] = Decision("full", (), "a state above is full, so everything below it is full")
         else:
-            out[s] = Decision("full", (), "updates from the other side can't tell which keys above they affect, so their lookups must never miss")
+            out[s] = Decision(
+                "full",
+                (),
+                "updates from the other side can't tell which keys above they affect, so their "
+                "lookups must never miss",
+            )
     return out
 
 
@@ -85,7 +112,11 @@ def unbounded(op: GroupedOperator) -> GroupedOperator:
 
 
 def join_kind(op: Join) -> str:
-    return str(getattr(op, "join_kind", None) or getattr(op, "kind_name", None) or getattr(op, "how", "inner"))
+    return str(
+        getattr(op, "join_kind", None)
+        or getattr(op, "kind_name", None)
+        or getattr(op, "how", "inner")
+    )
 
 
 # -- tracing keys through operators ----------------------------------------------------------
@@ -145,5 +176,10 @@ def link(st: State, parent: Node, req: Any) -> None:
     while n.op is not None and isinstance(n.op, (Filter, Project)) and n.view is None:
         chain.append(n)
         n = n.parents[0]
-    if n.own is not None and n.own.kind == "grouped" and n.own in below and st.kind in ("rows", "grouped"):
+    if (
+        n.own is not None
+        and n.own.kind == "grouped"
+        and n.own in below
+        and st.kind in ("rows", "grouped")
+    ):
         st.source = (n.own, list(reversed(chain)))

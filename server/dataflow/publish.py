@@ -71,7 +71,9 @@ class Publisher:
         return out
 
     # -- reader half (any thread, no lock) ---------------------------------------------
-    def read(self, st: State, keys: list[Row]) -> tuple[dict[Row, tuple[Row, ...] | None], int] | None:
+    def read(
+        self, st: State, keys: list[Row]
+    ) -> tuple[dict[Row, tuple[Row, ...] | None], int] | None:
         """The published rows of each key (None: not filled) and the one LSN they are
         exact at, or None if the writer kept changing them (take the lock instead)."""
         for _ in range(8):

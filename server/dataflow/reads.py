@@ -72,7 +72,9 @@ def check_key(reader: Reader, key: Any, params: list[Param | None] | None = None
     key = tuple(key) if isinstance(key, (tuple, list)) else (key,)
     n = len(reader.plan.key)
     if len(key) != n:
-        raise InvalidArgument(f"view {reader.name!r} takes {n} parameter(s), got a key of {len(key)}: {key!r}")
+        raise InvalidArgument(
+            f"view {reader.name!r} takes {n} parameter(s), got a key of {len(key)}: {key!r}"
+        )
     # No params (a view without typed parameters): nothing to check, so truncation is meant.
     for i, (value, param) in enumerate(zip(key, params or (), strict=False)):
         if value is not None and param is not None and not _fits(param.type, value):

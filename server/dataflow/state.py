@@ -163,7 +163,9 @@ class State:
             # counted, never shown: reads skip counts <= 0, and stats report anomalies.
             if n < 0:
                 self.anomalies += 1
-                _log.warning("state %s: count of row %r fell below zero (fill key %r)", self.label, row, fk)
+                _log.warning(
+                    "state %s: count of row %r fell below zero (fill key %r)", self.label, row, fk
+                )
             bag[row] = n
         else:
             del bag[row]
@@ -223,7 +225,11 @@ class State:
     def describe(self, live: bool = True) -> str:
         key = ",".join(map(str, self.partial_cols))
         idx = ",".join(map(str, self.index_cols))
-        mode = {"partial": f"partial on [{key}]", "miss": f"partial (evict-on-miss) on [{key}]", "full": "full"}[self.mode]
+        mode = {
+            "partial": f"partial on [{key}]",
+            "miss": f"partial (evict-on-miss) on [{key}]",
+            "full": "full",
+        }[self.mode]
         head = f"{self.kind} state {mode}, index [{idx}]"
         return f"{head}, {len(self._buckets)} keys filled, {self.memory_bytes} B" if live else head
 

@@ -39,5 +39,14 @@ class Stats:
 def percentiles(values: list[float]) -> dict[str, float]:
     if not values:
         return {}
-    qs = statistics.quantiles(values, n=100, method="inclusive") if len(values) > 1 else [values[0]] * 99
-    return {"p50": round(qs[49], 2), "p90": round(qs[89], 2), "p99": round(qs[98], 2), "count": len(values)}
+    qs = (
+        statistics.quantiles(values, n=100, method="inclusive")
+        if len(values) > 1
+        else [values[0]] * 99
+    )
+    return {
+        "p50": round(qs[49], 2),
+        "p90": round(qs[89], 2),
+        "p99": round(qs[98], 2),
+        "count": len(values),
+    }

@@ -46,12 +46,16 @@ class Scope:
     def find(self, column: exp.Column) -> int:
         name = column.name.lower()
         qual = column.table.lower() if column.table else None
-        hits = [i for i, (q, n) in enumerate(self.cols) if n == name and (qual is None or q == qual)]
+        hits = [
+            i for i, (q, n) in enumerate(self.cols) if n == name and (qual is None or q == qual)
+        ]
         if not hits:
             shown = ", ".join(f"{q}.{n}" if q else n for q, n in self.cols)
             raise InvalidArgument(f"unknown column {column.sql()!r}; columns are: {shown}")
         if len(hits) > 1:
-            raise InvalidArgument(f"column {column.sql()!r} is ambiguous; qualify it with a table name")
+            raise InvalidArgument(
+                f"column {column.sql()!r} is ambiguous; qualify it with a table name"
+            )
         return hits[0]
 
 
@@ -75,7 +79,9 @@ def _append_hidden(exprs: list[exp.Expression], extra: list[exp.Expression]) -> 
     return out
 
 
-def _bind(e: exp.Expression, scope: Scope, keep: Callable[[exp.Column], bool] | None = None) -> exp.Expression:
+def _bind(
+    e: exp.Expression, scope: Scope, keep: Callable[[exp.Column], bool] | None = None
+) -> exp.Expression:
     """Replace column names with positional ``_c{i}`` references into ``scope``."""
     def swap(n: exp.Expression) -> exp.Expression:
         if isinstance(n, exp.Column) and not isinstance(n.this, exp.Star):
@@ -102,7 +108,9 @@ def scope_name(scope: Scope, c: exp.Column) -> str:
     return c.sql()
 
 
-def _order_positions(items: list[tuple[int | exp.Expression, bool]], exprs: list[exp.Expression]) -> list[tuple[int, bool]]:
+def _order_positions(
+    items: list[tuple[int | exp.Expression, bool]], exprs: list[exp.Expression]
+) -> list[tuple[int, bool]]:
     out = []
     for what, desc in items:
         pos = what if isinstance(what, int) else _append_hidden(exprs, [what])[0]
@@ -192,12 +200,20 @@ def _limit(q: exp.Expression) -> int | None:
 
 
 def _refuse_unsupported(sel: exp.Select) -> None:
-    for key, what in (("with", "WITH"), ("qualify", "QUALIFY"), ("windows", "WINDOW"), ("laterals", "LATERAL"), ("pivots", "PIVOT")):
+    for key, what in (
+        ("with", "WITH"),
+        ("qualify", "QUALIFY"),
+        ("windows", "WINDOW"),
+        ("laterals", "LATERAL"),
+        ("pivots", "PIVOT"),
+    ):
         if sel.args.get(key) or sel.args.get(key + "_"):
             raise InvalidArgument(f"{what} is not supported in views")
 
 
-def _empty_aggregate_row(exprs: list[exp.Expression], having: exp.Expression | None, n_groups: int, calls) -> tuple | None:
+def _empty_aggregate_row(
+    exprs: list[exp.Expression], having: exp.Expression | None, n_groups: int, calls
+) -> tuple | None:
     """What a global aggregate returns over no rows (COUNT 0, others NULL)."""
     values = [0 if f in ("COUNT", "COUNT_STAR") else None for f, _ in calls]
     row = tuple([None] * n_groups + values)

@@ -49,7 +49,9 @@ _CLAUSES = {
     "Case": "CASE needs WHEN ... THEN",
 }
 _MISSING = re.compile(r"Required keyword: '\w+' missing for <class '[\w.]*?(\w+)'>")
-_EXPECTED_GOT = re.compile(r"Expected (.+?) but got <Token token_type: TokenType\.(\w+), text: (.*?), line")
+_EXPECTED_GOT = re.compile(
+    r"Expected (.+?) but got <Token token_type: TokenType\.(\w+), text: (.*?), line"
+)
 _EXPECTING = re.compile(r"Expecting (.+)")
 
 
@@ -80,7 +82,9 @@ def _first_word(sql: str) -> str:
     return words[0].upper() if words else ""
 
 
-def parse_error(err: sqlglot.errors.SqlglotError, sql: str, what: str = "malformed SQL") -> InvalidArgument:
+def parse_error(
+    err: sqlglot.errors.SqlglotError, sql: str, what: str = "malformed SQL"
+) -> InvalidArgument:
     """An InvalidArgument for a parse failure of ``sql``: the problem, where, near what."""
     word = _first_word(sql)
     if word and not word.startswith(STATEMENTS):

@@ -2,8 +2,8 @@
 
 The planner reads SQL with sqlglot, resolves names against the catalog (tables and other
 views), and produces ``PlanNode`` trees of operators over base-table ``Source`` leaves. It
-decides nothing about state: ``server/dataflow/graph.py`` walks the tree top-down with the reader's key
-and chooses, per stateful node, partial or full materialization.
+decides nothing about state: ``server/dataflow/graph.py`` walks the tree top-down with the
+reader's key and chooses, per stateful node, partial or full materialization.
 
 Column references inside operator expressions are positional (``_c{i}`` = input column i);
 see ``operators/expressions.py``.
@@ -116,10 +116,16 @@ class Planner:
                 p = _param_column(conj)
                 if p is not None:
                     if not allow_params:
-                        raise InvalidArgument("parameters (?) are only allowed in the outermost SELECT of a view, not in a subquery or UNION branch; define a view over this one instead")
+                        raise InvalidArgument(
+                            "parameters (?) are only allowed in the outermost SELECT of a view, "
+                            "not in a subquery or UNION branch; define a view over this one instead"
+                        )
                     params.append(scope.find(p))
                 elif any(isinstance(n, exp.Placeholder) for n in conj.walk()):
-                    raise InvalidArgument(f"a parameter must appear as `column = ?` in a top-level AND of WHERE; got {conj.sql()!r}")
+                    raise InvalidArgument(
+                        "a parameter must appear as `column = ?` in a top-level AND of WHERE; got "
+                        f"{conj.sql()!r}"
+                    )
                 else:
                     residual.append(conj)
             if residual:
@@ -133,16 +139,22 @@ class Planner:
             return self._plan_aggregate(sel, node, scope, params)
         return self._plan_projection(sel, node, scope, params)
 
-    def _plan_projection(self, sel: exp.Select, node: PlanNode, scope: Scope, params: list[int]) -> ViewPlan:
+    def _plan_projection(
+        self, sel: exp.Select, node: PlanNode, scope: Scope, params: list[int]
+    ) -> ViewPlan:
         items = _expand_star(sel.expressions, scope)
         names = [_output_name(e) for e in items]
         exprs = [_bind(_unalias(e), scope) for e in items]
         key = _append_hidden(exprs, [col(p) for p in params])
-        order_cols = _order_positions(self._order_items(sel, items, names, lambda e: _bind(e, scope)), exprs)
+        order_cols = _order_positions(
+            self._order_items(sel, items, names, lambda e: _bind(e, scope)), exprs
+        )
         root = _op(Project(_names(names, exprs), [compile_expr(e) for e in exprs]), node)
         return self._finish(sel, root, names, key, order_cols)
 
-    def _plan_aggregate(self, sel: exp.Select, node: PlanNode, scope: Scope, params: list[int]) -> ViewPlan:
+    def _plan_aggregate(
+        self, sel: exp.Select, node: PlanNode, scope: Scope, params: list[int]
+    ) -> ViewPlan:
         items = _expand_star(sel.expressions, scope)
         names = [_output_name(e) for e in items]
         group = sel.args.get("group")
@@ -195,7 +207,10 @@ class Planner:
                         return col(int(name[2:]))
                     if name.startswith("_a"):
                         return col(len(groups) + int(name[2:]))
-                    raise InvalidArgument(f"column {scope_name(scope, n)} must appear in GROUP BY or be used in an aggregate function")
+                    raise InvalidArgument(
+                        f"column {scope_name(scope, n)} must appear in GROUP BY or be used in an "
+                        "aggregate function"
+                    )
                 return n
 
             return e.transform(rename)
@@ -211,14 +226,18 @@ class Planner:
             group_cols = tuple(int(g.name[2:]) for g in groups)
             arg_cols = [int(a.name[2:]) if a is not None else None for _, a in calls]
         else:
-            pre_names = [f"g{i}" for i in range(len(groups))] + [f"a{i}" for i in range(len(inputs) - len(groups))]
+            pre_names = [f"g{i}" for i in range(len(groups))] + [
+                f"a{i}" for i in range(len(inputs) - len(groups))
+            ]
             src = _op(Project(tuple(pre_names), [compile_expr(e) for e in inputs]), node)
             group_cols = tuple(range(len(groups)))
             arg_cols, j = [], len(groups)
             for _, a in calls:
                 arg_cols.append(j if a is not None else None)
                 j += a is not None
-        agg_names = tuple(f"g{i}" for i in range(len(groups))) + tuple(f"{f.lower()}{i}" for i, (f, _) in enumerate(calls))
+        agg_names = tuple(f"g{i}" for i in range(len(groups))) + tuple(
+            f"{f.lower()}{i}" for i, (f, _) in enumerate(calls)
+        )
         aggs = [AggSpec(f, c) for (f, _), c in zip(calls, arg_cols, strict=True)]
         node = _op(Aggregate(agg_names, group_cols, aggs, candidates=MINMAX_CANDIDATES), src)
         if having_expr is not None:
@@ -251,9 +270,16 @@ class Planner:
             root = _op(Distinct(root.columns), root)
         if limit is not None:
             if not order:
-                raise InvalidArgument("LIMIT needs an ORDER BY (top-k is kept per key in that order)")
-            root = _op(TopK(root.columns, tuple(key), list(order), limit, candidates=limit + TOPK_SLACK), root)
-        return ViewPlan(root, list(names), tuple(range(len(names))), tuple(key), list(order), limit, empty)
+                raise InvalidArgument(
+                    "LIMIT needs an ORDER BY (top-k is kept per key in that order)"
+                )
+            root = _op(
+                TopK(root.columns, tuple(key), list(order), limit, candidates=limit + TOPK_SLACK),
+                root,
+            )
+        return ViewPlan(
+            root, list(names), tuple(range(len(names))), tuple(key), list(order), limit, empty
+        )
 
     # -- UNION -------------------------------------------------------------------------
     def _plan_union(self, u: exp.Union) -> ViewPlan:
@@ -262,17 +288,29 @@ class Planner:
 
         def collect(e: exp.Expression, distinct_parent: bool | None) -> None:
             nonlocal names
-            if isinstance(e, exp.Union) and not e.args.get("order") and not e.args.get("limit") and bool(e.args.get("distinct")) == distinct_parent:
+            if (
+                isinstance(e, exp.Union)
+                and not e.args.get("order")
+                and not e.args.get("limit")
+                and bool(e.args.get("distinct")) == distinct_parent
+            ):
                 collect(e.this, distinct_parent)
                 collect(e.expression, distinct_parent)
                 return
             if isinstance(e, exp.Subquery):
                 e = e.this
-            sub = self._plan_union(e) if isinstance(e, exp.Union) else self._plan_select(e, allow_params=False)
+            sub = (
+                self._plan_union(e)
+                if isinstance(e, exp.Union)
+                else self._plan_select(e, allow_params=False)
+            )
             if sub.limit is not None or sub.key:
                 raise InvalidArgument("a UNION branch cannot have parameters or LIMIT")
             if names is not None and len(sub.columns) != len(names):
-                raise InvalidArgument(f"UNION branches have different numbers of columns ({len(names)} and {len(sub.columns)})")
+                raise InvalidArgument(
+                    f"UNION branches have different numbers of columns ({len(names)} and "
+                    f"{len(sub.columns)})"
+                )
             names = names or sub.columns
             branches.append(_visible_only(sub))
 
@@ -289,12 +327,16 @@ class Planner:
         for o in (u.args.get("order").expressions if u.args.get("order") else []):
             pos = _output_position(o.this, [exp.column(n) for n in names], names)
             if pos is None:
-                raise InvalidArgument(f"ORDER BY of a UNION must name an output column, got {o.this.sql()!r}")
+                raise InvalidArgument(
+                    f"ORDER BY of a UNION must name an output column, got {o.this.sql()!r}"
+                )
             order.append((pos, bool(o.args.get("desc"))))
         limit = _limit(u)
         if limit is not None:
             if not order:
-                raise InvalidArgument("LIMIT needs an ORDER BY (top-k is kept per key in that order)")
+                raise InvalidArgument(
+                    "LIMIT needs an ORDER BY (top-k is kept per key in that order)"
+                )
             root = _op(TopK(root.columns, (), order, limit, candidates=limit + TOPK_SLACK), root)
         return ViewPlan(root, list(names), tuple(range(len(names))), (), order, limit, None)
 
@@ -322,12 +364,19 @@ class Planner:
             if view is None:
                 raise NotFound(f"unknown table or view {rel.name!r}")
             if view.key:
-                raise InvalidArgument(f"view {name!r} has parameters; a view over it must be defined over a view without parameters")
+                raise InvalidArgument(
+                    f"view {name!r} has parameters; a view over it must be defined over a view "
+                    "without parameters"
+                )
             node = _visible_only(view)
             return node, Scope([(alias, c.lower()) for c in view.columns])
         if isinstance(rel, exp.Subquery):
             inner = rel.this
-            sub = self._plan_union(inner) if isinstance(inner, exp.Union) else self._plan_select(inner, allow_params=False)
+            sub = (
+                self._plan_union(inner)
+                if isinstance(inner, exp.Union)
+                else self._plan_select(inner, allow_params=False)
+            )
             alias = rel.alias.lower() if rel.alias else None
             return _visible_only(sub), Scope([(alias, c.lower()) for c in sub.columns])
         raise InvalidArgument(f"unsupported FROM item: {rel.sql()!r}")
@@ -336,12 +385,17 @@ class Planner:
         side = (j.args.get("side") or "").upper()
         kind = (j.args.get("kind") or "").upper()
         if side not in ("", "LEFT") or kind not in ("", "INNER", "OUTER"):
-            raise InvalidArgument(f"{' '.join(x for x in (side, kind) if x)} JOIN is not supported; use INNER or LEFT JOIN")
+            raise InvalidArgument(
+                f"{' '.join(x for x in (side, kind) if x)} JOIN is not supported; use INNER or "
+                "LEFT JOIN"
+            )
         if j.args.get("using"):
             raise InvalidArgument("JOIN ... USING is not supported; write ON a.x = b.x")
         on = j.args.get("on")
         if on is None:
-            raise InvalidArgument("a JOIN needs an ON condition with at least one equality between the two sides")
+            raise InvalidArgument(
+                "a JOIN needs an ON condition with at least one equality between the two sides"
+            )
         right, rscope = self._relation(j.this)
         both = Scope(lscope.cols + rscope.cols)
         nl = len(lscope.cols)
@@ -349,7 +403,11 @@ class Planner:
         rkey: list[int] = []
         rest: list[exp.Expression] = []
         for conj in _conjuncts(on):
-            if isinstance(conj, exp.EQ) and isinstance(conj.this, exp.Column) and isinstance(conj.expression, exp.Column):
+            if (
+                isinstance(conj, exp.EQ)
+                and isinstance(conj.this, exp.Column)
+                and isinstance(conj.expression, exp.Column)
+            ):
                 a, b = both.find(conj.this), both.find(conj.expression)
                 if a < nl <= b:
                     lkey.append(a), rkey.append(b - nl)
@@ -359,12 +417,21 @@ class Planner:
                     continue
             rest.append(conj)
         if not lkey:
-            raise InvalidArgument(f"JOIN condition {on.sql()!r} has no equality between columns of the two sides")
+            raise InvalidArgument(
+                f"JOIN condition {on.sql()!r} has no equality between columns of the two sides"
+            )
         kind_name = "left" if side == "LEFT" else "inner"
         if rest and kind_name == "left":
-            raise InvalidArgument(f"LEFT JOIN conditions must be column equalities; got {' AND '.join(r.sql() for r in rest)!r}")
+            raise InvalidArgument(
+                "LEFT JOIN conditions must be column equalities; got "
+                f"{' AND '.join(r.sql() for r in rest)!r}"
+            )
         cols = left.columns + right.columns
-        node = PlanNode(cols, Join(cols, tuple(lkey), tuple(rkey), kind_name, left_width=len(left.columns)), [left, right])
+        node = PlanNode(
+            cols,
+            Join(cols, tuple(lkey), tuple(rkey), kind_name, left_width=len(left.columns)),
+            [left, right],
+        )
         if rest:
             pred = exp.and_(*rest) if len(rest) > 1 else rest[0]
             node = _op(Filter(cols, compile_expr(_bind(pred, both))), node)

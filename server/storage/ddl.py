@@ -27,7 +27,9 @@ class CatalogOps:
         with self._ddl_lock:
             with self._lock:
                 self._refuse_taken_name(schema.name)
-                cat = Catalog(self._catalog.next_id + 1, dict(self._catalog.tables), list(self._catalog.views))
+                cat = Catalog(
+                    self._catalog.next_id + 1, dict(self._catalog.tables), list(self._catalog.views)
+                )
                 entry = TableEntry(self._catalog.next_id, schema)
                 cat.tables[low] = entry
             assert self._index is not None
@@ -45,7 +47,9 @@ class CatalogOps:
         with self._ddl_lock, self._manifest_lock:
             with self._lock:
                 entry = self._entry(name)
-                cat = Catalog(self._catalog.next_id, dict(self._catalog.tables), list(self._catalog.views))
+                cat = Catalog(
+                    self._catalog.next_id, dict(self._catalog.tables), list(self._catalog.views)
+                )
                 del cat.tables[entry.schema.name.lower()]
                 # Refuse further writes now; records already queued still commit (harmlessly).
                 self._live.discard(entry.id)
@@ -84,7 +88,11 @@ class CatalogOps:
         with self._ddl_lock:
             with self._lock:
                 self._refuse_taken_name(name)
-                cat = Catalog(self._catalog.next_id, dict(self._catalog.tables), self._catalog.views + [(name, sql)])
+                cat = Catalog(
+                    self._catalog.next_id,
+                    dict(self._catalog.tables),
+                    self._catalog.views + [(name, sql)],
+                )
             cat.save(self.catalog_path)
             with self._lock:
                 self._catalog = cat

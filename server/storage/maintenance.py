@@ -148,8 +148,14 @@ def compact_table(st: Storage, entry: TableEntry) -> dict[str, Any]:
             rows_after = (new.rows if new else 0) + sum(s.rows for s in rest)
             log.info("compacted %s: %d -> %d segments, horizon %d", entry.schema.name,
                      len(segs) + len(rest), len(cur.segments), cur.horizon)
-            return _figures(len(segs) + len(rest), len(cur.segments), rows_before + sum(s.rows for s in rest),
-                            rows_after, cur.horizon, t0)
+            return _figures(
+                len(segs) + len(rest),
+                len(cur.segments),
+                rows_before + sum(s.rows for s in rest),
+                rows_after,
+                cur.horizon,
+                t0,
+            )
         finally:
             with st._lock:
                 for p in paths:

@@ -144,7 +144,9 @@ def indexer_loop(st: Storage) -> None:
                     st._index_backlog -= rows
                     st._ack_cv.notify_all()  # writers held back by the backlog limit
         except BaseException:
-            log.critical("row index update failed; exiting (restart replays the WAL)", exc_info=True)
+            log.critical(
+                "row index update failed; exiting (restart replays the WAL)", exc_info=True
+            )
             os._exit(71)
 
 

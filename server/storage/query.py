@@ -54,7 +54,9 @@ def _to_python(col: pa.ChunkedArray) -> list[Any]:
         return [None if v is None else (int(v) if t.scale == 0 else float(v)) for v in vals]
     if pa.types.is_temporal(t):
         return [
-            v.isoformat() if isinstance(v, (_dt.date, _dt.time)) else (None if v is None else str(v))
+            v.isoformat()
+            if isinstance(v, (_dt.date, _dt.time))
+            else (None if v is None else str(v))
             for v in vals
         ]
     return vals
@@ -69,7 +71,9 @@ def run_query(snapshot: Snapshot, sql: str) -> tuple[list[str], list[tuple[Any, 
     views: dict[str, str] = {}  # lower table name -> temp view name
     for t in list(tree.find_all(exp.Table)):
         if not isinstance(t.this, exp.Identifier):
-            raise InvalidArgument(f"only base tables can be queried, not {t.this.sql(dialect='spark')}")
+            raise InvalidArgument(
+                f"only base tables can be queried, not {t.this.sql(dialect='spark')}"
+            )
         name = t.name
         if t.args.get("db") or t.args.get("catalog"):
             known = ", ".join(snapshot.table_names()) or "(none)"

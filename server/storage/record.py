@@ -29,7 +29,18 @@ class WriteRecord:
 class Pending:
     """A write that has its LSN but is not yet in the WAL (and then not yet in the index)."""
 
-    __slots__ = ("lsn", "table_id", "ndel", "body", "batch", "record", "ins_h", "del_h", "ins_k", "del_k")
+    __slots__ = (
+        "lsn",
+        "table_id",
+        "ndel",
+        "body",
+        "batch",
+        "record",
+        "ins_h",
+        "del_h",
+        "ins_k",
+        "del_k",
+    )
 
     def __init__(
         self,
@@ -71,7 +82,9 @@ def net_keys(group: Sequence[Pending]) -> tuple[list[tuple[bytes, bytes]], list[
             state[k] = None
         for k, h in zip(p.ins_k, p.ins_h, strict=True):
             state[k] = h
-    return [(k, h) for k, h in state.items() if h is not None], [k for k, h in state.items() if h is None]
+    return [(k, h) for k, h in state.items() if h is not None], [
+        k for k, h in state.items() if h is None
+    ]
 
 
 class Overlay:

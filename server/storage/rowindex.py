@@ -57,7 +57,9 @@ def key_hashes(rows: Sequence[tuple[Any, ...]], schema: TableSchema) -> list[byt
         if ctype == "BIGINT":
             return [r[i].to_bytes(16, "big", signed=True) for r in rows]
         if ctype == "TEXT":
-            return [blake2b(r[i].encode(), digest_size=16, person=b"pf-text-key").digest() for r in rows]
+            return [
+                blake2b(r[i].encode(), digest_size=16, person=b"pf-text-key").digest() for r in rows
+            ]
         return [blake2b(repr((r[i],)).encode(), digest_size=16).digest() for r in rows]
     return [blake2b(repr(tuple(r[i] for i in pk)).encode(), digest_size=16).digest() for r in rows]
 
@@ -101,11 +103,13 @@ class RowIndex:
         tid = int(table_id)
         if has_pk:
             self.writer.execute(
-                f"CREATE TABLE IF NOT EXISTS k_{tid} (h BLOB PRIMARY KEY, r BLOB NOT NULL) WITHOUT ROWID"
+                f"CREATE TABLE IF NOT EXISTS k_{tid} (h BLOB PRIMARY KEY, r BLOB NOT NULL) WITHOUT "
+                "ROWID"
             )
         else:
             self.writer.execute(
-                f"CREATE TABLE IF NOT EXISTS r_{tid} (h BLOB PRIMARY KEY, n INTEGER NOT NULL) WITHOUT ROWID"
+                f"CREATE TABLE IF NOT EXISTS r_{tid} (h BLOB PRIMARY KEY, n INTEGER NOT NULL) "
+                "WITHOUT ROWID"
             )
 
     def drop(self, table_id: int) -> None:
@@ -177,7 +181,9 @@ class RowIndex:
         tid = int(table_id)
         w = self.writer
         if removed:
-            w.execute(f"DELETE FROM k_{tid} WHERE h IN ({_SPLIT})", (b"".join(removed), len(removed)))
+            w.execute(
+                f"DELETE FROM k_{tid} WHERE h IN ({_SPLIT})", (b"".join(removed), len(removed))
+            )
         if put:
             w.execute(
                 f"INSERT OR REPLACE INTO k_{tid}(h, r) "

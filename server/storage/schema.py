@@ -92,7 +92,9 @@ def check_identifier(name: object, what: str) -> str:
             f"invalid {what} name {name!r}: names must match [A-Za-z_][A-Za-z0-9_]*"
         )
     if len(name) > MAX_IDENT_LEN:
-        raise InvalidArgument(f"invalid {what} name {name!r}: longer than {MAX_IDENT_LEN} characters")
+        raise InvalidArgument(
+            f"invalid {what} name {name!r}: longer than {MAX_IDENT_LEN} characters"
+        )
     if name.lower() in RESERVED_WORDS:
         raise InvalidArgument(f"invalid {what} name {name!r}: it is a reserved SQL word")
     return name
@@ -125,7 +127,9 @@ class TableSchema:
         """The table's columns as a Spark StructType (all nullable, like SQL columns)."""
         from pyspark.sql import types as T
 
-        return T.StructType([T.StructField(c.name, _spark_type(c.type), True) for c in self.columns])
+        return T.StructType(
+            [T.StructField(c.name, _spark_type(c.type), True) for c in self.columns]
+        )
 
     def arrow_schema(self) -> pa.Schema:
         """The table's columns as a pyarrow schema."""
@@ -147,7 +151,10 @@ class TableSchema:
         s = self.spark_schema()
         return T.StructType(
             list(s.fields)
-            + [T.StructField(LSN_COL, T.LongType(), True), T.StructField(DIFF_COL, T.LongType(), True)]
+            + [
+                T.StructField(LSN_COL, T.LongType(), True),
+                T.StructField(DIFF_COL, T.LongType(), True),
+            ]
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -336,7 +343,9 @@ def coerce_rows(
     return out, cols
 
 
-def coerce_filter_values(schema: TableSchema, column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
+def coerce_filter_values(
+    schema: TableSchema, column: str, values: Sequence[Any]
+) -> tuple[str, list[Any]]:
     """Resolve a filter column (case-insensitively) and coerce its allowed values.
 
     Returns (the schema's spelling of the column, coerced values). None stays None: a filter
@@ -355,5 +364,7 @@ def coerce_filter_values(schema: TableSchema, column: str, values: Sequence[Any]
     try:
         coerced = _coerce_slow(c.type, list(values))
     except _BadValue as e:
-        raise InvalidArgument(f"filter on table '{schema.name}' column '{c.name}' {e.reason}") from None
+        raise InvalidArgument(
+            f"filter on table '{schema.name}' column '{c.name}' {e.reason}"
+        ) from None
     return c.name, coerced

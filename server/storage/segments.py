@@ -147,7 +147,9 @@ def spark_compact(
         old.unionByName(new).coalesce(1).write.option("parquet.block.size", 8 << 20).parquet(
             str(tmp_dir)
         )
-        parts = sorted(p for p in tmp_dir.iterdir() if p.name.startswith("part-") and p.suffix == ".parquet")
+        parts = sorted(
+            p for p in tmp_dir.iterdir() if p.name.startswith("part-") and p.suffix == ".parquet"
+        )
         min_lsn = min(s.min_lsn for s in inputs)
         max_lsn = max(s.max_lsn for s in inputs)
         total, lo, hi = 0, 0, 0

@@ -146,7 +146,9 @@ class Storage(CatalogOps):
         except OSError:
             os.close(self._lock_fd)
             self._state = "new"
-            raise FailedPrecondition(f"data directory {self.data_dir} is in use by another process") from None
+            raise FailedPrecondition(
+                f"data directory {self.data_dir} is in use by another process"
+            ) from None
         try:
             recovery.recover(self)
         except BaseException:
@@ -156,7 +158,9 @@ class Storage(CatalogOps):
         self._state = "open"
         for name in ("committer", "indexer", "flusher", "compactor"):
             target = getattr(pipeline, f"{name}_loop")
-            t = threading.Thread(target=target, args=(self,), name=f"pf-storage-{name}", daemon=True)
+            t = threading.Thread(
+                target=target, args=(self,), name=f"pf-storage-{name}", daemon=True
+            )
             t.start()
             self._threads[name] = t
 
@@ -225,7 +229,10 @@ class Storage(CatalogOps):
         return self._durable_lsn
 
     def write(
-        self, table: str, inserts: Sequence[Sequence[Any]] = (), deletes: Sequence[Sequence[Any]] = ()
+        self,
+        table: str,
+        inserts: Sequence[Sequence[Any]] = (),
+        deletes: Sequence[Sequence[Any]] = (),
     ) -> int:
         """Atomically delete then insert rows; returns the write's LSN once it is durable.
 
@@ -275,7 +282,9 @@ class Storage(CatalogOps):
             lsn = self._next_lsn
             self._next_lsn += 1
             record = WriteRecord(lsn, schema.name, rows, diffs)
-            p = Pending(lsn, entry.id, len(del_rows), body, batch, record, ins_h, del_h, ins_k, del_k)
+            p = Pending(
+                lsn, entry.id, len(del_rows), body, batch, record, ins_h, del_h, ins_k, del_k
+            )
             ov = self._overlays.get(entry.id)
             if ov is None:
                 ov = self._overlays[entry.id] = Overlay()
@@ -327,7 +336,9 @@ class Storage(CatalogOps):
                 i = hashes.index(h)
                 name = entry.schema.name
                 if n <= 0:
-                    raise NotFound(f"table '{name}' delete row {i}: row {rows[i]!r} is not in the table")
+                    raise NotFound(
+                        f"table '{name}' delete row {i}: row {rows[i]!r} is not in the table"
+                    )
                 raise NotFound(
                     f"table '{name}' delete row {i}: deletes {k} copies of {rows[i]!r} but the "
                     f"table holds {n}"
@@ -353,7 +364,8 @@ class Storage(CatalogOps):
             n = (h in committed) + pending.get(h, 0) - (h in removed)
             if n > 0:
                 raise AlreadyExists(
-                    f"table '{schema.name}' row {i}: primary key {fmt_key(schema, rows[i])} already exists"
+                    f"table '{schema.name}' row {i}: primary key {fmt_key(schema, rows[i])} "
+                    "already exists"
                 )
 
     # ------------------------------------------------------------------ reads
@@ -375,7 +387,9 @@ class Storage(CatalogOps):
             for low, e in self._catalog.tables.items():
                 tm = self._manifest.tables.get(e.id, _EMPTY)
                 mem = self._mem.get(e.id, [])
-                cut = len(mem) if not mem or mem[-1].lsn <= v else bisect_right(mem, v, key=_lsn_key)
+                cut = (
+                    len(mem) if not mem or mem[-1].lsn <= v else bisect_right(mem, v, key=_lsn_key)
+                )
                 tv = TableView(e.schema, e.id, tm.horizon, self._table_dir(e.schema.name),
                                tm.segments, tuple(mem[:cut]))
                 views[low] = tv
@@ -429,7 +443,9 @@ class Storage(CatalogOps):
         """Compact one table (or all) with Spark; returns before/after figures."""
         self._check_open()
         with self._lock:
-            entries = [self._entry(table)] if table is not None else list(self._catalog.tables.values())
+            entries = (
+                [self._entry(table)] if table is not None else list(self._catalog.tables.values())
+            )
         t0 = time.monotonic()
         per = {}
         for e in entries:

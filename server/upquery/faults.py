@@ -31,7 +31,9 @@ class FaultInjector:
     def mode(self, mode: str) -> None:
         mode = (mode or "").strip()
         if mode not in ("", "fail", "hang") and not _slow_seconds(mode):
-            raise InvalidArgument(f"unknown fault mode {mode!r}; modes are {', '.join(repr(m) for m in self.MODES)}")
+            raise InvalidArgument(
+                f"unknown fault mode {mode!r}; modes are {', '.join(repr(m) for m in self.MODES)}"
+            )
         with self._changed:
             self._mode = mode
             self._changed.notify_all()

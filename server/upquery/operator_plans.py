@@ -11,7 +11,8 @@ Dispatch is by operator class through the two registries below, one small functi
 operator. State row layouts (the contract with each operator's ``load_entries``):
 
     Aggregate  group values..., row count, per aggregate its accumulators (aggfuncs.py):
-               COUNT_STAR none; COUNT non-null count; SUM/AVG non-null count, finite sum, special counts;
+               COUNT_STAR none; COUNT non-null count; SUM/AVG non-null count, finite sum,
+               special counts;
                MIN/MAX non-null count, array<struct<value, multiplicity>> of the best
                ``candidates`` distinct values (all when None). Always one row for a
                global aggregate, even over no input.
@@ -106,7 +107,9 @@ def _join(op: Join, parents: list[DataFrame]) -> DataFrame:
     left = parents[0].select(*[_c(i).alias(f"_l{i}") for i in range(lw)])
     right = parents[1].select(*[_c(j).alias(f"_r{j}") for j in range(rw)])
     # Plain `==`: a NULL key compares as NULL and never matches, as in on_input.
-    conds = [F.col(f"_l{a}") == F.col(f"_r{b}") for a, b in zip(op.left_key, op.right_key, strict=True)]
+    conds = [
+        F.col(f"_l{a}") == F.col(f"_r{b}") for a, b in zip(op.left_key, op.right_key, strict=True)
+    ]
     on = reduce(lambda a, b: a & b, conds) if conds else F.lit(True)
     joined = left.join(right, on=on, how=op.join_kind)
     return _positional(joined.select(*[f"_l{i}" for i in range(lw)],
@@ -162,7 +165,9 @@ def _aggregate_state(op: Aggregate, parents: list[DataFrame]) -> DataFrame:
             nan, pinf, ninf = F.isnan(c), c == F.lit(float("inf")), c == F.lit(float("-inf"))
             finite = F.when(nan | pinf | ninf, F.lit(0)).otherwise(c)
             accs.append(F.sum(finite).alias(f"_a{i}_s"))
-            counts = [F.sum(F.when(cond, F.lit(1)).otherwise(F.lit(0))) for cond in (nan, pinf, ninf)]
+            counts = [
+                F.sum(F.when(cond, F.lit(1)).otherwise(F.lit(0))) for cond in (nan, pinf, ninf)
+            ]
             accs.append(F.array(*counts).alias(f"_a{i}_x"))
             names += [f"_a{i}_s", f"_a{i}_x"]
         elif a.func in ("MIN", "MAX"):
@@ -198,7 +203,9 @@ def _extreme_state_one_pass(op: Aggregate, df: DataFrame, col: int) -> DataFrame
         if a.col is None:
             continue
         accs.append(F.sum(F.when(present, F.col("_m")).otherwise(F.lit(0))).alias(f"_a{i}_n"))
-        picked = F.collect_list(F.when(present, F.struct(_c(col).alias("v"), F.col("_m").alias("m"))))
+        picked = F.collect_list(
+            F.when(present, F.struct(_c(col).alias("v"), F.col("_m").alias("m")))
+        )
         values = F.sort_array(picked, asc=a.func == "MIN")
         if op.candidates is not None:
             values = F.slice(values, 1, op.candidates)

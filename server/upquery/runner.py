@@ -57,7 +57,9 @@ class SparkUpqueryRunner:
             try:
                 results = self.run(fill, snapshot)
             except Exception as e:  # the executor turns this into a clean read error
-                log.warning("upquery %d failed: %s", fill.fid, str(e).splitlines()[0] if str(e) else e)
+                log.warning(
+                    "upquery %d failed: %s", fill.fid, str(e).splitlines()[0] if str(e) else e
+                )
                 reply(fill, None, e)
             else:
                 reply(fill, results, None)

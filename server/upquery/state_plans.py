@@ -55,7 +55,9 @@ def state_frame(st: State, keys: set[Row], snapshot: Any, memo: dict[int, DataFr
     return df
 
 
-def subtree(node: Node, snapshot: Any, memo: dict[int, DataFrame], filters: BaseFilters) -> DataFrame:
+def subtree(
+    node: Node, snapshot: Any, memo: dict[int, DataFrame], filters: BaseFilters
+) -> DataFrame:
     """The node's output rows at the snapshot, columns named _c0.._cN."""
     df = memo.get(node.nid)
     if df is None:
@@ -65,14 +67,20 @@ def subtree(node: Node, snapshot: Any, memo: dict[int, DataFrame], filters: Base
             # the exact key filter is applied on top.
             f = filters.get(node.nid)
             # (Not for many values: storage builds its filter literal by literal too.)
-            names = {node.columns[c]: sorted(v, key=repr) for c, v in (f or {}).items() if len(v) <= MANY_KEYS} or None
+            names = {
+                node.columns[c]: sorted(v, key=repr)
+                for c, v in (f or {}).items()
+                if len(v) <= MANY_KEYS
+            } or None
             try:
                 df = snapshot.table_df(node.table, filters=names)
             except InvalidArgument:  # a key of the wrong type: let Spark compare it
                 df = snapshot.table_df(node.table)
             df = df.toDF(*[f"_c{i}" for i in range(len(df.columns))])
         else:
-            df = compile_output(node.op, [subtree(p, snapshot, memo, filters) for p in node.parents])
+            df = compile_output(
+                node.op, [subtree(p, snapshot, memo, filters) for p in node.parents]
+            )
         memo[node.nid] = df
     return df
 
@@ -113,8 +121,12 @@ def _keys_frame(df: DataFrame, cols: list[int], keys: list[Row]) -> DataFrame:
     from pyspark.sql.pandas.types import to_arrow_type
 
     fields = [df.schema[f"_c{c}"] for c in cols]
-    arrays = [pa.array([k[i] for k in keys], type=to_arrow_type(f.dataType)) for i, f in enumerate(fields)]
-    return df.sparkSession.createDataFrame(pa.Table.from_arrays(arrays, names=[f.name for f in fields]))
+    arrays = [
+        pa.array([k[i] for k in keys], type=to_arrow_type(f.dataType)) for i, f in enumerate(fields)
+    ]
+    return df.sparkSession.createDataFrame(
+        pa.Table.from_arrays(arrays, names=[f.name for f in fields])
+    )
 
 
 def key_filter(cols: list[int], keys: set[Row]) -> Column:
@@ -124,5 +136,10 @@ def key_filter(cols: list[int], keys: set[Row]) -> Column:
         return F.lit(False)
     if len(cols) == 1:
         return F.col(f"_c{cols[0]}").isin([k[0] for k in live])
-    conds = [reduce(lambda a, b: a & b, [F.col(f"_c{c}") == F.lit(v) for c, v in zip(cols, k, strict=True)]) for k in live]
+    conds = [
+        reduce(
+            lambda a, b: a & b, [F.col(f"_c{c}") == F.lit(v) for c, v in zip(cols, k, strict=True)]
+        )
+        for k in live
+    ]
     return reduce(lambda a, b: a | b, conds)

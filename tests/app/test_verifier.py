@@ -12,7 +12,10 @@ import pytest
 from partialflow.server.errors import InvalidArgument
 from partialflow.server.verifier import Verifier, oracle_sql, same_rows
 
-WINNING = "SELECT a.id AS auction, a.category AS category, MAX(b.price) AS price FROM auction AS a JOIN bid AS b ON a.id = b.auction GROUP BY a.id, a.category"
+WINNING = (
+    "SELECT a.id AS auction, a.category AS category, MAX(b.price) AS price "
+    "FROM auction AS a JOIN bid AS b ON a.id = b.auction GROUP BY a.id, a.category"
+)
 VIEWS = {"winning": WINNING}
 
 

@@ -318,7 +318,9 @@ def test_truncated_bytes_are_invalid_argument_for_every_method(server, db, stub,
         assert "malformed partialflow.v1." in err.details()
 
 
-@pytest.mark.parametrize("nulls", [[2, 0], [5], list(range(199, -1, -2))], ids=["few", "one", "many"])
+@pytest.mark.parametrize(
+    "nulls", [[2, 0], [5], list(range(199, -1, -2))], ids=["few", "one", "many"]
+)
 def test_nulls_in_any_order_decode_to_their_rows(nulls):
     from partialflow.proto.values import decode_batch
 

@@ -59,7 +59,9 @@ class FakeRunner:
 
     def submit(self, fill: Fill, reply: Reply) -> None:
         if fill.lsn > self.model.lsn:
-            raise AssertionError(f"fill {fill} at a snapshot beyond the last write {self.model.lsn}")
+            raise AssertionError(
+                f"fill {fill} at a snapshot beyond the last write {self.model.lsn}"
+            )
         if self.auto:
             reply(fill, self.answer(fill), None)
         else:
@@ -93,10 +95,14 @@ class FakeRunner:
         with self._lock:
             self._jobs += len(fill.roots)
         memo: dict[int, list[Row]] = {}
-        return {st.sid: state_rows(st, fill.keys[st], self.model, fill.lsn, memo) for st in fill.roots}
+        return {
+            st.sid: state_rows(st, fill.keys[st], self.model, fill.lsn, memo) for st in fill.roots
+        }
 
 
-def state_rows(st: State, keys: set[Row], model: Model, lsn: int, memo: dict[int, list[Row]]) -> list[Row]:
+def state_rows(
+    st: State, keys: set[Row], model: Model, lsn: int, memo: dict[int, list[Row]]
+) -> list[Row]:
     """What a runner answers for ``keys`` of ``st`` at ``lsn`` (see dataflow/runner.py)."""
     node = st.node
     if st.kind == "rows":

@@ -22,7 +22,9 @@ from pyspark.sql import functions as F
 @dataclass
 class Recorder:
     schemas: dict[str, str]  # table -> Spark DDL schema, e.g. "product string, user string"
-    writes: list[tuple[int, str, list[tuple], int]] = field(default_factory=list)  # lsn, table, rows, sign
+    writes: list[tuple[int, str, list[tuple], int]] = field(
+        default_factory=list
+    )  # lsn, table, rows, sign
     reads: list[tuple[str, tuple, int, list[tuple]]] = field(default_factory=list)
 
     def write(self, lsn: int, table: str, rows: list[tuple], sign: int) -> None:
@@ -68,7 +70,10 @@ def verify(spark: SparkSession, rec: Recorder, oracles: dict[str, tuple[str, int
             checked += 1
             want = expected.get((lsn, key), [])
             if norm(rows) != norm(want):
-                bad.append(f"{view} key {key!r} at LSN {lsn}: view {sorted(map(repr, rows))} != Spark {sorted(map(repr, want))}")
+                bad.append(
+                    f"{view} key {key!r} at LSN {lsn}: view {sorted(map(repr, rows))} != Spark "
+                    f"{sorted(map(repr, want))}"
+                )
                 if details is not None:
                     details.append((view, key, lsn, rows, want))
     return checked, bad

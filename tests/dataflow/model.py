@@ -148,7 +148,9 @@ class SqliteOracle:
             cols = ", ".join(f"{c.name} {c.type}" for c in t.columns)
             db.execute(f"CREATE TABLE {t.name} ({cols})")
             marks = ", ".join("?" * len(t.columns))
-            db.executemany(f"INSERT INTO {t.name} VALUES ({marks})", self.model.rows_at(t.name, lsn))
+            db.executemany(
+                f"INSERT INTO {t.name} VALUES ({marks})", self.model.rows_at(t.name, lsn)
+            )
         for name, sql in self.views:
             if "?" not in sql:  # only views without parameters can be used by others
                 db.execute(f"CREATE VIEW {name} AS {sql}")

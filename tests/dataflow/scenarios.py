@@ -61,15 +61,20 @@ KEYS = {
 def _shape(sqls: dict[str, tuple[str, str | None]]) -> Scenario:
     views = {name: sql.format(a="a", b="b") for name, (sql, _) in sqls.items()}
     keys = {name: KEYS[keycol] for name, (_, keycol) in sqls.items()}
-    return Scenario(TABLES_AB, {"a": ROW_A, "b": ROW_B}, views, keys, extremes=[("a", 0, 1), ("b", 0, 1)])
+    return Scenario(
+        TABLES_AB, {"a": ROW_A, "b": ROW_B}, views, keys, extremes=[("a", 0, 1), ("b", 0, 1)]
+    )
 
 
 SCENARIOS: dict[str, Scenario] = {name: _shape({"v": SHAPES[name]}) for name in SHAPES}
 
 # Several views on shared nodes: one table, one join, several aggregates over them.
-SCENARIOS["shared"] = _shape({
-    name: SHAPES[name] for name in ("count", "min_max", "topk", "join_on_key", "join_other_key", "left_join")
-})
+SCENARIOS["shared"] = _shape(
+    {
+        name: SHAPES[name]
+        for name in ("count", "min_max", "topk", "join_on_key", "join_other_key", "left_join")
+    }
+)
 
 # DESIGN.md example 1: the visits view (MAX per category over a join on another key).
 SCENARIOS["visits"] = Scenario(
@@ -88,17 +93,41 @@ SCENARIOS["visits"] = Scenario(
 # DESIGN.md example 2: Nexmark Q4 — the average winning bid per category (a view over a
 # view) and auctions with many bids (the threshold scaled down to these small tables).
 SCENARIOS["nexmark"] = Scenario(
-    tables={"auction": [("id", "BIGINT"), ("category", "BIGINT"), ("seller", "BIGINT"),
-                        ("start_time", "BIGINT"), ("expires", "BIGINT")],
-            "bid": [("bidder", "BIGINT"), ("auction", "BIGINT"), ("bid_time", "BIGINT"),
-                    ("price", "DOUBLE")]},
-    rows={"auction": st.tuples(st.integers(0, 5), st.integers(0, 2), st.just(7), st.just(1), st.just(9)),
-          "bid": st.tuples(st.integers(0, 3), _hot(list(range(7))), st.integers(0, 3),
-                           st.sampled_from([1.0, 2.5, 10.0, 99.5]))},
+    tables={
+        "auction": [
+            ("id", "BIGINT"),
+            ("category", "BIGINT"),
+            ("seller", "BIGINT"),
+            ("start_time", "BIGINT"),
+            ("expires", "BIGINT"),
+        ],
+        "bid": [
+            ("bidder", "BIGINT"),
+            ("auction", "BIGINT"),
+            ("bid_time", "BIGINT"),
+            ("price", "DOUBLE"),
+        ],
+    },
+    rows={
+        "auction": st.tuples(
+            st.integers(0, 5), st.integers(0, 2), st.just(7), st.just(1), st.just(9)
+        ),
+        "bid": st.tuples(
+            st.integers(0, 3),
+            _hot(list(range(7))),
+            st.integers(0, 3),
+            st.sampled_from([1.0, 2.5, 10.0, 99.5]),
+        ),
+    },
     views={
-        "winning": "SELECT a.id AS auction, a.category AS category, MAX(b.price) AS price "
-                   "FROM auction a JOIN bid b ON a.id = b.auction GROUP BY a.id, a.category",
-        "avg_winning": "SELECT category, AVG(price) AS avg_price FROM winning WHERE category = ? GROUP BY category",
+        "winning": (
+            "SELECT a.id AS auction, a.category AS category, MAX(b.price) AS price "
+            "FROM auction a JOIN bid b ON a.id = b.auction GROUP BY a.id, a.category"
+        ),
+        "avg_winning": (
+            "SELECT category, AVG(price) AS avg_price FROM winning WHERE category = ? "
+            "GROUP BY category"
+        ),
         "hot": "SELECT auction, COUNT(*) AS bids FROM bid GROUP BY auction HAVING COUNT(*) > 3",
     },
     keys={"winning": [()], "avg_winning": [(0,), (1,), (2,), (3,)], "hot": [()]},

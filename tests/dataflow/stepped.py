@@ -144,9 +144,15 @@ class Harness:
             for fk in st.filled_keys():
                 got, want = _state_content(st, fk, self.model, lsn, memo)
                 if got != want:
-                    problems.append(f"{st.label} key {fk!r} at LSN {lsn}: {sorted(got.items(), key=repr)} != model {sorted(want.items(), key=repr)}")
+                    problems.append(
+                        f"{st.label} key {fk!r} at LSN {lsn}: {sorted(got.items(), key=repr)} != "
+                        f"model {sorted(want.items(), key=repr)}"
+                    )
                 if st.mode != "full" and lru.get((st.sid, fk)) != st.size_of(fk):
-                    problems.append(f"{st.label} key {fk!r}: {st.size_of(fk)} B but accounted {lru.get((st.sid, fk))}")
+                    problems.append(
+                        f"{st.label} key {fk!r}: {st.size_of(fk)} B but accounted "
+                        f"{lru.get((st.sid, fk))}"
+                    )
             if st.anomalies:
                 problems.append(f"{st.label}: {st.anomalies} anomalies")
         if ev.partial_bytes != sum(lru.values()):
@@ -168,7 +174,9 @@ class Harness:
         return problems
 
 
-def _state_content(st: State, fk: Row, model: Model, lsn: int, memo: dict) -> tuple[Counter, Counter]:
+def _state_content(
+    st: State, fk: Row, model: Model, lsn: int, memo: dict
+) -> tuple[Counter, Counter]:
     """(what the state holds at ``fk``, what it should hold) as comparable bags. Grouped
     states are compared by their output rows (bounded candidates may differ legitimately)."""
     if st.kind == "rows":

@@ -17,8 +17,25 @@ def test_visits_max_after_delete(server, uniq):
     with server.client() as c:
         c.execute(f"CREATE TABLE {p}info (product TEXT PRIMARY KEY, category TEXT)")
         c.execute(f"CREATE TABLE {p}visit (product TEXT, user TEXT, length BIGINT)")
-        c.insert(f"{p}info", [("Apple", "Fruit"), ("Banana", "Fruit"), ("Carrot", "Vegetable"), ("Potato", "Vegetable")])
-        c.insert(f"{p}visit", [("Apple", "Alice", 10), ("Apple", "Bob", 20), ("Carrot", "Bob", 50), ("Banana", "Alice", 40), ("Potato", "Eve", 60)])
+        c.insert(
+            f"{p}info",
+            [
+                ("Apple", "Fruit"),
+                ("Banana", "Fruit"),
+                ("Carrot", "Vegetable"),
+                ("Potato", "Vegetable"),
+            ],
+        )
+        c.insert(
+            f"{p}visit",
+            [
+                ("Apple", "Alice", 10),
+                ("Apple", "Bob", 20),
+                ("Carrot", "Bob", 50),
+                ("Banana", "Alice", 40),
+                ("Potato", "Eve", 60),
+            ],
+        )
         c.execute(f"CREATE VIEW {p}maxlen AS " + VISITS_VIEW.format(p=p))
         assert c.lookup(f"{p}maxlen", "Fruit").rows == [("Fruit", 40)]
         assert c.lookup(f"{p}maxlen", "Vegetable").rows == [("Vegetable", 60)]
@@ -38,19 +55,32 @@ def test_nexmark_q4(server, uniq):
     p = uniq
     rng = random.Random(4)
     with server.client() as c:
-        c.execute(f"CREATE TABLE {p}auction (id BIGINT PRIMARY KEY, category BIGINT, seller BIGINT, start_time BIGINT, expires BIGINT)")
-        c.execute(f"CREATE TABLE {p}bid (bidder BIGINT, auction BIGINT, bid_time BIGINT, price DOUBLE)")
+        c.execute(
+            f"CREATE TABLE {p}auction (id BIGINT PRIMARY KEY, category BIGINT, seller BIGINT, "
+            "start_time BIGINT, expires BIGINT)"
+        )
+        c.execute(
+            f"CREATE TABLE {p}bid (bidder BIGINT, auction BIGINT, bid_time BIGINT, price DOUBLE)"
+        )
         c.insert(f"{p}auction", [(i, i % 3, 100 + i, i, i + 1000) for i in range(12)])
-        bids = [(rng.randrange(50), rng.randrange(12), t, float(rng.randrange(1, 500))) for t in range(200)]
+        bids = [
+            (rng.randrange(50), rng.randrange(12), t, float(rng.randrange(1, 500)))
+            for t in range(200)
+        ]
         c.insert(f"{p}bid", bids)
         winning = (
             f"SELECT a.id AS auction, a.category AS category, MAX(b.price) AS price "
             f"FROM {p}auction a JOIN {p}bid b ON a.id = b.auction GROUP BY a.id, a.category"
         )
         c.execute(f"CREATE VIEW {p}winning AS {winning}")
-        avg_sql = f"SELECT category, AVG(price) AS avg_price FROM {p}winning WHERE category = ? GROUP BY category"
+        avg_sql = (
+            f"SELECT category, AVG(price) AS avg_price FROM {p}winning WHERE category = ? "
+            "GROUP BY category"
+        )
         c.execute(f"CREATE VIEW {p}avg_winning AS {avg_sql}")
-        hot_sql = f"SELECT auction, COUNT(*) AS bids FROM {p}bid GROUP BY auction HAVING COUNT(*) > 10"
+        hot_sql = (
+            f"SELECT auction, COUNT(*) AS bids FROM {p}bid GROUP BY auction HAVING COUNT(*) > 10"
+        )
         c.execute(f"CREATE VIEW {p}hot AS {hot_sql}")
         # The oracle for a view over a view inlines the inner view as a subquery.
         avg_oracle = avg_sql.replace(f"FROM {p}winning", f"FROM ({winning}) w")
@@ -63,7 +93,15 @@ def test_nexmark_q4(server, uniq):
             for g in gone:
                 live.remove(g)
             c.delete(f"{p}bid", gone)
-            new = [(rng.randrange(50), rng.randrange(12), 1000 + step * 100 + i, float(rng.randrange(1, 900))) for i in range(20)]
+            new = [
+                (
+                    rng.randrange(50),
+                    rng.randrange(12),
+                    1000 + step * 100 + i,
+                    float(rng.randrange(1, 900)),
+                )
+                for i in range(20)
+            ]
             live += new
             lsn = c.insert(f"{p}bid", new)
             c.lookup(f"{p}hot", (), min_lsn=lsn)

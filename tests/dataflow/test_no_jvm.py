@@ -10,7 +10,9 @@ HERE = Path(__file__).resolve().parent
 
 
 def _run(code: str) -> None:
-    done = subprocess.run([sys.executable, "-c", code], cwd=HERE, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=HERE, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
 
 
@@ -18,7 +20,8 @@ def test_dataflow_package_imports_no_pyspark() -> None:
     _run(
         "import sys\n"
         "import partialflow.server.dataflow\n"
-        "from partialflow.server.dataflow import executor, fills, evictor, reads, graph, materialize, publish\n"
+        "from partialflow.server.dataflow import executor, fills, evictor, reads, graph, "
+        "materialize, publish\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'py4j'))\n"
         "assert not bad, bad\n"
     )

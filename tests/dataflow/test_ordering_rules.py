@@ -193,7 +193,9 @@ def test_a_right_write_to_a_left_join_at_a_cold_key_evicts_nothing() -> None:
 
 def test_lookup_keys_are_checked_before_anything_is_queued() -> None:
     h = _count_view()
-    with pytest.raises(InvalidArgument, match=r"view 'v' parameter 1 \(k\) is BIGINT, got 'x' \(str\)"):
+    with pytest.raises(
+        InvalidArgument, match=r"view 'v' parameter 1 \(k\) is BIGINT, got 'x' \(str\)"
+    ):
         h.df.begin_read("v", [(1,), ("x",)])
     with pytest.raises(InvalidArgument, match="takes 1 parameter"):
         h.df.begin_read("v", [(1, 2)])

@@ -70,12 +70,16 @@ class Ordering(RuleBasedStateMachine):
         sc = self.scenario = SCENARIOS[self.scenario_name]
         self.h = Harness(upquery_timeout=UPQUERY_TIMEOUT)
         for table, columns in sc.tables.items():
-            rows = data.draw(st.lists(sc.rows[table], max_size=sc.initial), label=f"rows of {table}")
+            rows = data.draw(
+                st.lists(sc.rows[table], max_size=sc.initial), label=f"rows of {table}"
+            )
             self.h.table(table, columns, rows)
         for view, sql in sc.views.items():
             self.h.view(view, sql, sc.candidates)
         # Set after creating the views: a full state over the limit would refuse them.
-        self.h.df.set_memory_limit(data.draw(st.sampled_from(sc.memory_limits), label="memory_limit"))
+        self.h.df.set_memory_limit(
+            data.draw(st.sampled_from(sc.memory_limits), label="memory_limit")
+        )
 
     # -- writes ------------------------------------------------------------------------
     @rule(data=st.data(), kind=st.sampled_from(["insert", "insert", "delete", "update"]))
@@ -110,7 +114,11 @@ class Ordering(RuleBasedStateMachine):
             return
         group = data.draw(st.sampled_from(live), label="group of")[by] if by is not None else None
         for _ in range(times):
-            rows = [r for r in model.live(table) if (by is None or r[by] == group) and r[col] is not None]
+            rows = [
+                r
+                for r in model.live(table)
+                if (by is None or r[by] == group) and r[col] is not None
+            ]
             if not rows:
                 return
             target = extreme(r[col] for r in rows)
@@ -120,7 +128,10 @@ class Ordering(RuleBasedStateMachine):
     @rule(data=st.data())
     def read(self, data: st.DataObject) -> None:
         view = data.draw(st.sampled_from(sorted(self.scenario.views)), label="view")
-        keys = data.draw(st.lists(st.sampled_from(self.scenario.keys[view]), min_size=1, max_size=3), label="keys")
+        keys = data.draw(
+            st.lists(st.sampled_from(self.scenario.keys[view]), min_size=1, max_size=3),
+            label="keys",
+        )
         self._start(view, keys)
 
     def _start(self, view: str, keys: list[Any]) -> None:
@@ -282,7 +293,11 @@ def test_every_scenario_settles_exactly(name: str, data: st.DataObject) -> None:
     sc = SCENARIOS[name]
     h = Harness(upquery_timeout=UPQUERY_TIMEOUT)
     for table, columns in sc.tables.items():
-        h.table(table, columns, data.draw(st.lists(sc.rows[table], min_size=sc.initial, max_size=sc.initial)))
+        h.table(
+            table,
+            columns,
+            data.draw(st.lists(sc.rows[table], min_size=sc.initial, max_size=sc.initial)),
+        )
     for view, sql in sc.views.items():
         h.view(view, sql, sc.candidates)
     try:

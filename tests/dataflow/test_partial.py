@@ -139,18 +139,31 @@ def test_skewed_10k_keys_under_1mb(spark, tmp_path):
         with srv.client() as c:
             c.execute("CREATE TABLE ev (k BIGINT, v BIGINT, tag TEXT)")
             n_keys = 12_000
-            c.insert("ev", [(k, rng.randrange(1000), f"tag-{k % 97}") for k in range(n_keys) for _ in range(2)])
+            c.insert(
+                "ev",
+                [
+                    (k, rng.randrange(1000), f"tag-{k % 97}")
+                    for k in range(n_keys)
+                    for _ in range(2)
+                ],
+            )
             sql = "SELECT k, tag, COUNT(*) AS n, MAX(v) AS hi FROM ev WHERE k = ? GROUP BY k, tag"
             c.execute(f"CREATE VIEW skew AS {sql}")
             mismatches: list[str] = []
             peak = 0
             for round_ in range(24):
                 # Zipf-like skew: a few hot keys, a long tail of cold ones.
-                keys = sorted({min(n_keys - 1, int(rng.paretovariate(0.6))) for _ in range(400)} | {rng.randrange(n_keys) for _ in range(300)})
+                keys = sorted(
+                    {min(n_keys - 1, int(rng.paretovariate(0.6))) for _ in range(400)}
+                    | {rng.randrange(n_keys) for _ in range(300)}
+                )
                 results = c.lookup_many("skew", keys)
                 if round_ % 6 == 0:
                     mismatches += check_results(c, sql, results, sample=12)
-                new = [(rng.choice(keys), rng.randrange(1000), f"tag-{rng.randrange(97)}") for _ in range(50)]
+                new = [
+                    (rng.choice(keys), rng.randrange(1000), f"tag-{rng.randrange(97)}")
+                    for _ in range(50)
+                ]
                 c.insert("ev", new)
                 s = c.stats()
                 peak = max(peak, s["memory_bytes"])
@@ -176,7 +189,10 @@ def test_view_whose_full_state_cannot_fit_is_refused(spark, tmp_path):
             # The key (a.s) is not the join key and b's rows can't compute it, so a's join
             # index must be full: 2000 rows do not fit in 8 KB.
             with pytest.raises(ResourceExhausted, match="full state"):
-                c.execute("CREATE VIEW too_big AS SELECT a.s, b.w FROM a JOIN b ON a.k = b.k WHERE a.s = ?")
+                c.execute(
+                    "CREATE VIEW too_big AS SELECT a.s, b.w FROM a JOIN b ON a.k = b.k WHERE a.s = "
+                    "?"
+                )
             assert "too_big" not in c.stats()["views"]
             assert c.stats()["full_bytes"] == 0
             # A view that needs no full state is fine under the same limit.

@@ -15,9 +15,18 @@ from oracle import check_results
 SHAPES = {
     "filter": ("SELECT k, v, s FROM {a} WHERE v > 3 AND k = ?", "k"),
     "project": ("SELECT k, v * 2 + 1 AS v2, COALESCE(s, 'none') AS s2 FROM {a} WHERE k = ?", "k"),
-    "join_on_key": ("SELECT {a}.k, {a}.v, {b}.w FROM {a} JOIN {b} ON {a}.k = {b}.k WHERE {a}.k = ?", "k"),
-    "join_other_key": ("SELECT {a}.s, {a}.v, {b}.w FROM {a} JOIN {b} ON {a}.k = {b}.k WHERE {a}.s = ?", "s"),
-    "left_join": ("SELECT {a}.k, {a}.v, {b}.w FROM {a} LEFT JOIN {b} ON {a}.k = {b}.k WHERE {a}.k = ?", "k"),
+    "join_on_key": (
+        "SELECT {a}.k, {a}.v, {b}.w FROM {a} JOIN {b} ON {a}.k = {b}.k WHERE {a}.k = ?",
+        "k",
+    ),
+    "join_other_key": (
+        "SELECT {a}.s, {a}.v, {b}.w FROM {a} JOIN {b} ON {a}.k = {b}.k WHERE {a}.s = ?",
+        "s",
+    ),
+    "left_join": (
+        "SELECT {a}.k, {a}.v, {b}.w FROM {a} LEFT JOIN {b} ON {a}.k = {b}.k WHERE {a}.k = ?",
+        "k",
+    ),
     "count": ("SELECT k, COUNT(*) AS n FROM {a} WHERE k = ? GROUP BY k", "k"),
     "count_sum": ("SELECT s, COUNT(v) AS n, SUM(v) AS total FROM {a} WHERE s = ? GROUP BY s", "s"),
     "avg": ("SELECT k, AVG(x) AS mean FROM {a} WHERE k = ? GROUP BY k", "k"),
@@ -33,7 +42,12 @@ KEYS = {"k": [(k,) for k in range(6)], "s": [("x",), ("y",), ("z",)]}
 
 
 def _row_a(rng):
-    return (rng.randrange(6), rng.randrange(10), rng.choice(["x", "y", "z", None]), rng.choice([0.5, 1.25, 2.0, None, 3.75]))
+    return (
+        rng.randrange(6),
+        rng.randrange(10),
+        rng.choice(["x", "y", "z", None]),
+        rng.choice([0.5, 1.25, 2.0, None, 3.75]),
+    )
 
 
 def _row_b(rng):

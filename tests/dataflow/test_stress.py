@@ -31,19 +31,51 @@ CATEGORIES = [f"c{i}" for i in range(8)]
 USERS = [f"u{i}" for i in range(30)]
 
 VIEWS = {
-    "maxlen": ("SELECT category, MAX(length) AS max_length FROM info JOIN visit ON info.product = visit.product WHERE category = ? GROUP BY category",
-               "SELECT i._at, i.category, i.category, MAX(v.length) FROM info_at i JOIN visit_at v ON i.product = v.product AND i._at = v._at GROUP BY i._at, i.category", 1),
-    "top3": ("SELECT game, player, points FROM score WHERE game = ? ORDER BY points DESC, player LIMIT 3",
-             "SELECT _at, game, game, player, points FROM (SELECT *, row_number() OVER (PARTITION BY _at, game ORDER BY points DESC, player, game) AS rn FROM score_at) WHERE rn <= 3", 1),
-    "product_visits": ("SELECT visit.product, visit.user, visit.length, info.category FROM visit JOIN info ON visit.product = info.product WHERE visit.product = ?",
-                       "SELECT v._at, v.product, v.product, v.user, v.length, i.category FROM visit_at v JOIN info_at i ON v.product = i.product AND v._at = i._at", 1),
-    "long_visits": ("SELECT user, product, length FROM visit WHERE length > 30 AND user = ?",
-                    "SELECT _at, user, user, product, length FROM visit_at WHERE length > 30", 1),
-    "winning": ("SELECT a.id AS auction, a.category AS category, MAX(b.price) AS price FROM auction a JOIN bid b ON a.id = b.auction GROUP BY a.id, a.category", None, 0),
-    "avg_winning": ("SELECT category, AVG(price) AS avg_price FROM winning WHERE category = ? GROUP BY category",
-                    "SELECT _at, category, category, AVG(price) FROM (SELECT a._at, a.id, a.category, MAX(b.price) AS price FROM auction_at a JOIN bid_at b ON a.id = b.auction AND a._at = b._at GROUP BY a._at, a.id, a.category) GROUP BY _at, category", 1),
-    "hot": ("SELECT auction, COUNT(*) AS bids FROM bid GROUP BY auction HAVING COUNT(*) > 10",
-            "SELECT _at, auction, COUNT(*) FROM bid_at GROUP BY _at, auction HAVING COUNT(*) > 10", 0),
+    "maxlen": (
+        "SELECT category, MAX(length) AS max_length FROM info JOIN visit ON info.product = "
+        "visit.product WHERE category = ? GROUP BY category",
+        "SELECT i._at, i.category, i.category, MAX(v.length) FROM info_at i JOIN visit_at v ON "
+        "i.product = v.product AND i._at = v._at GROUP BY i._at, i.category",
+        1,
+    ),
+    "top3": (
+        "SELECT game, player, points FROM score WHERE game = ? ORDER BY points DESC, player LIMIT "
+        "3",
+        "SELECT _at, game, game, player, points FROM (SELECT *, row_number() OVER (PARTITION BY "
+        "_at, game ORDER BY points DESC, player, game) AS rn FROM score_at) WHERE rn <= 3",
+        1,
+    ),
+    "product_visits": (
+        "SELECT visit.product, visit.user, visit.length, info.category FROM visit JOIN info ON "
+        "visit.product = info.product WHERE visit.product = ?",
+        "SELECT v._at, v.product, v.product, v.user, v.length, i.category FROM visit_at v JOIN "
+        "info_at i ON v.product = i.product AND v._at = i._at",
+        1,
+    ),
+    "long_visits": (
+        "SELECT user, product, length FROM visit WHERE length > 30 AND user = ?",
+        "SELECT _at, user, user, product, length FROM visit_at WHERE length > 30",
+        1,
+    ),
+    "winning": (
+        "SELECT a.id AS auction, a.category AS category, MAX(b.price) AS price FROM auction a JOIN "
+        "bid b ON a.id = b.auction GROUP BY a.id, a.category",
+        None,
+        0,
+    ),
+    "avg_winning": (
+        "SELECT category, AVG(price) AS avg_price FROM winning WHERE category = ? GROUP BY "
+        "category",
+        "SELECT _at, category, category, AVG(price) FROM (SELECT a._at, a.id, a.category, "
+        "MAX(b.price) AS price FROM auction_at a JOIN bid_at b ON a.id = b.auction AND a._at = "
+        "b._at GROUP BY a._at, a.id, a.category) GROUP BY _at, category",
+        1,
+    ),
+    "hot": (
+        "SELECT auction, COUNT(*) AS bids FROM bid GROUP BY auction HAVING COUNT(*) > 10",
+        "SELECT _at, auction, COUNT(*) FROM bid_at GROUP BY _at, auction HAVING COUNT(*) > 10",
+        0,
+    ),
 }
 KEYS = {
     "maxlen": [(c,) for c in CATEGORIES],
@@ -57,21 +89,31 @@ KEYS = {
 
 @pytest.fixture(scope="module")
 def small_server(spark, tmp_path_factory):
-    srv = InProcessServer(tmp_path_factory.mktemp("stress") / "data", spark, memory_limit=96 * 1024).start()
+    srv = InProcessServer(
+        tmp_path_factory.mktemp("stress") / "data", spark, memory_limit=96 * 1024
+    ).start()
     yield srv
     srv.stop()
 
 
 def _setup(c, rec: Recorder, rng: random.Random) -> None:
     for t, schema in SCHEMAS.items():
-        cols = ", ".join(f"{n} {'TEXT' if ty == 'string' else 'DOUBLE' if ty == 'double' else 'BIGINT'}" for n, ty in (x.split() for x in schema.split(", ")))
+        cols = ", ".join(
+            f"{n} {'TEXT' if ty == 'string' else 'DOUBLE' if ty == 'double' else 'BIGINT'}"
+            for n, ty in (x.split() for x in schema.split(", "))
+        )
         c.execute(f"CREATE TABLE {t} ({cols})")
     seed = {
         "info": [(p, rng.choice(CATEGORIES)) for p in PRODUCTS],
-        "visit": [(rng.choice(PRODUCTS), rng.choice(USERS), rng.randrange(100)) for _ in range(300)],
+        "visit": [
+            (rng.choice(PRODUCTS), rng.choice(USERS), rng.randrange(100)) for _ in range(300)
+        ],
         "score": [(rng.randrange(25), rng.randrange(50), rng.randrange(1000)) for _ in range(300)],
         "auction": [(i, i % 5) for i in range(60)],
-        "bid": [(rng.randrange(60), rng.randrange(40), float(rng.randrange(1, 1000))) for _ in range(600)],
+        "bid": [
+            (rng.randrange(60), rng.randrange(40), float(rng.randrange(1, 1000)))
+            for _ in range(600)
+        ],
     }
     for t, rows in seed.items():
         rec.write(c.insert(t, rows), t, rows, +1)
@@ -79,7 +121,9 @@ def _setup(c, rec: Recorder, rng: random.Random) -> None:
         c.execute(f"CREATE VIEW {name} AS {sql}")
 
 
-def _writer(server, rec: Recorder, lock: threading.Lock, seed: int, stop: threading.Event, errors: list) -> None:
+def _writer(
+    server, rec: Recorder, lock: threading.Lock, seed: int, stop: threading.Event, errors: list
+) -> None:
     rng = random.Random(seed)
     mine: dict[str, list[tuple]] = {"visit": [], "score": [], "bid": [], "info": []}
     with server.client() as c:
@@ -88,10 +132,17 @@ def _writer(server, rec: Recorder, lock: threading.Lock, seed: int, stop: thread
                 # Dimension updates (a product changing category) are rare, as in practice:
                 # each one evicts the categories it touches (a join miss), and a fill of a
                 # category is cancelled if one lands while it is pending.
-                table = "info" if rng.random() < 0.01 else rng.choice(["visit", "visit", "score", "bid", "bid"])
+                table = (
+                    "info"
+                    if rng.random() < 0.01
+                    else rng.choice(["visit", "visit", "score", "bid", "bid"])
+                )
                 if table == "info":
                     # Move a product to another category: an update of the dimension table.
-                    rows = c.query(f"SELECT product, category FROM info WHERE product = '{rng.choice(PRODUCTS)}'").rows
+                    rows = c.query(
+                        "SELECT product, category FROM info WHERE product = "
+                        f"'{rng.choice(PRODUCTS)}'"
+                    ).rows
                     if rows:
                         old = rows[0]
                         new = (old[0], rng.choice(CATEGORIES))
@@ -104,17 +155,29 @@ def _writer(server, rec: Recorder, lock: threading.Lock, seed: int, stop: thread
                             rec.write(lsn, "info", [new], +1)
                     continue
                 if mine[table] and rng.random() < 0.4:
-                    rows = [mine[table].pop(rng.randrange(len(mine[table]))) for _ in range(min(len(mine[table]), rng.randint(1, 3)))]
+                    rows = [
+                        mine[table].pop(rng.randrange(len(mine[table])))
+                        for _ in range(min(len(mine[table]), rng.randint(1, 3)))
+                    ]
                     lsn = c.delete(table, rows)
                     sign = -1
                 else:
                     n = rng.randint(1, 5)
                     if table == "visit":
-                        rows = [(rng.choice(PRODUCTS), rng.choice(USERS), rng.randrange(100)) for _ in range(n)]
+                        rows = [
+                            (rng.choice(PRODUCTS), rng.choice(USERS), rng.randrange(100))
+                            for _ in range(n)
+                        ]
                     elif table == "score":
-                        rows = [(rng.randrange(25), rng.randrange(50), rng.randrange(1000)) for _ in range(n)]
+                        rows = [
+                            (rng.randrange(25), rng.randrange(50), rng.randrange(1000))
+                            for _ in range(n)
+                        ]
                     else:
-                        rows = [(rng.randrange(60), rng.randrange(40), float(rng.randrange(1, 1000))) for _ in range(n)]
+                        rows = [
+                            (rng.randrange(60), rng.randrange(40), float(rng.randrange(1, 1000)))
+                            for _ in range(n)
+                        ]
                     lsn = c.insert(table, rows)
                     mine[table] += rows
                     sign = +1
@@ -126,7 +189,15 @@ def _writer(server, rec: Recorder, lock: threading.Lock, seed: int, stop: thread
                 return
 
 
-def _reader(server, rec: Recorder, lock: threading.Lock, seed: int, stop: threading.Event, errors: list, stats: dict) -> None:
+def _reader(
+    server,
+    rec: Recorder,
+    lock: threading.Lock,
+    seed: int,
+    stop: threading.Event,
+    errors: list,
+    stats: dict,
+) -> None:
     rng = random.Random(seed)
     last_lsn = 0
     views = [v for v in KEYS]
@@ -142,7 +213,11 @@ def _reader(server, rec: Recorder, lock: threading.Lock, seed: int, stop: thread
                 if rng.random() < 0.15:
                     c.evict(view, keys[0])
                     stats["evicts"] += 1
-                results = c.lookup_many(view, keys) if len(keys) > 1 else {keys[0]: c.lookup(view, keys[0])}
+                results = (
+                    c.lookup_many(view, keys)
+                    if len(keys) > 1
+                    else {keys[0]: c.lookup(view, keys[0])}
+                )
                 lsns = {res.lsn for res in results.values()}
                 if min(lsns) < last_lsn:
                     errors.append(f"LSN went backwards for a client: {min(lsns)} after {last_lsn}")
@@ -151,7 +226,12 @@ def _reader(server, rec: Recorder, lock: threading.Lock, seed: int, stop: thread
                 last_lsn = max(last_lsn, max(lsns))
                 for key, res in results.items():
                     with lock:
-                        rec.read(view, tuple(key) if isinstance(key, tuple) else (key,), res.lsn, res.rows)
+                        rec.read(
+                            view,
+                            tuple(key) if isinstance(key, tuple) else (key,),
+                            res.lsn,
+                            res.rows,
+                        )
                 stats["reads"] += len(results)
             except Exception as e:
                 errors.append(f"reader {view}: {e!r}")
@@ -167,14 +247,24 @@ def test_stress_concurrent_reads_writes_evictions(small_server, spark):
     with small_server.client() as c:
         _setup(c, rec, rng)
     stop = threading.Event()
-    threads = [threading.Thread(target=_writer, args=(small_server, rec, lock, 100 + i, stop, errors)) for i in range(3)]
-    threads += [threading.Thread(target=_reader, args=(small_server, rec, lock, 200 + i, stop, errors, stats)) for i in range(4)]
+    threads = [
+        threading.Thread(target=_writer, args=(small_server, rec, lock, 100 + i, stop, errors))
+        for i in range(3)
+    ]
+    threads += [
+        threading.Thread(
+            target=_reader, args=(small_server, rec, lock, 200 + i, stop, errors, stats)
+        )
+        for i in range(4)
+    ]
     for t in threads:
         t.start()
     # At least DURATION seconds; on a slow machine (every miss is a Spark job) go on until
     # enough reads were checked, up to a hard limit.
     start = time.monotonic()
-    while time.monotonic() - start < DURATION or (stats["reads"] < MIN_READS and time.monotonic() - start < DURATION + 120):
+    while time.monotonic() - start < DURATION or (
+        stats["reads"] < MIN_READS and time.monotonic() - start < DURATION + 120
+    ):
         time.sleep(0.5)
     stop.set()
     for t in threads:
@@ -184,12 +274,17 @@ def test_stress_concurrent_reads_writes_evictions(small_server, spark):
         server_stats = c.stats()
     assert server_stats["memory_bytes"] <= server_stats["memory_limit"]
     assert server_stats["state_anomalies"] == 0
-    assert server_stats["memory_evictions"] > 0, f"the memory limit should force evictions: {stats} {server_stats}"
+    assert server_stats["memory_evictions"] > 0, (
+        f"the memory limit should force evictions: {stats} {server_stats}"
+    )
     oracles = {v: (VIEWS[v][1], VIEWS[v][2]) for v in KEYS}
     details: list[tuple] = []
     checked, bad = verify(spark, rec, oracles, details)
     assert checked == stats["reads"] and checked > 20, stats
-    assert not bad, f"{len(bad)} of {checked} reads differ from Spark:\n{first(bad)}\n{_diagnose(small_server, details)}"
+    assert not bad, (
+        f"{len(bad)} of {checked} reads differ from "
+        f"Spark:\n{first(bad)}\n{_diagnose(small_server, details)}"
+    )
 
 
 def _diagnose(server, details: list[tuple]) -> str:
@@ -209,5 +304,8 @@ def _diagnose(server, details: list[tuple]) -> str:
                 continue
             side = "history (a dataflow bug)" if norm(got) == norm(want) else (
                 "the view (a storage bug)" if norm(got) == norm(rows) else "neither")
-            lines.append(f"{view} {key} @ {lsn}: the server's snapshot query agrees with {side}: {sorted(got)}")
+            lines.append(
+                f"{view} {key} @ {lsn}: the server's snapshot query agrees with {side}: "
+                f"{sorted(got)}"
+            )
     return "\n".join(lines)

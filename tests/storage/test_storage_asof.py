@@ -97,7 +97,10 @@ def test_retention_horizon_refuses_old_reads(make_store) -> None:
     horizon = figures["tables"]["t"]["horizon"]
     assert horizon == 40 - 10
     assert st.stats()["horizon"]["t"] == horizon
-    with pytest.raises(FailedPrecondition, match=rf"as_of 12 is older than the retention horizon {horizon} of table t"):
+    with pytest.raises(
+        FailedPrecondition,
+        match=rf"as_of 12 is older than the retention horizon {horizon} of table t",
+    ):
         st.query("SELECT * FROM t", as_of=12)
     for v in (horizon, horizon + 1, 35, 40):
         assert table_at(st, v) == history[v]

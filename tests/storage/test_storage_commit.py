@@ -104,7 +104,12 @@ def test_snapshot_filters_nulls_and_empty_tables(store: Storage) -> None:
         df = snap.table_df("T", {"k": [1, None]})
         assert df.columns == ["k", "s", "x", "b"]
         assert Counter(tuple(r) for r in df.collect()) == Counter(
-            [(1, "a", 1.0, True), (1, "a", 1.0, True), (None, "b", 2.0, False), (None, "z", 0.0, True)]
+            [
+                (1, "a", 1.0, True),
+                (1, "a", 1.0, True),
+                (None, "b", 2.0, False),
+                (None, "z", 0.0, True),
+            ]
         )
         assert snap.table_df("t", {"k": []}).count() == 0
         assert snap.table_df("t", {"x": [2]}).count() == 1  # int filter on DOUBLE column
@@ -134,7 +139,9 @@ def test_concurrent_updates_race_indexer_and_flusher(make_store) -> None:
             keys = list(range(t * 10, t * 10 + 10))
             st.write("u", [(k, "v0") for k in keys])
             for i in range(1, 40):
-                st.write("u", [(k, f"v{i}") for k in keys], deletes=[(k, f"v{i - 1}") for k in keys])
+                st.write(
+                    "u", [(k, f"v{i}") for k in keys], deletes=[(k, f"v{i - 1}") for k in keys]
+                )
                 st.write("t", [(t, "x", float(i), True)] * 2)
                 st.write("t", deletes=[(t, "x", float(i), True)])
             final.update({k: "v39" for k in keys})

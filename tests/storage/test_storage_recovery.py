@@ -41,7 +41,9 @@ def test_crash_without_flush_then_reopen(make_store) -> None:
 
     st2 = make_store()
     assert st2.last_lsn == last
-    assert rows_of(st2, "t") == Counter({(1, "a", 1.0, True): 2, (2, None, None, False): 1, (3, "c", 0.5, None): 1})
+    assert rows_of(st2, "t") == Counter(
+        {(1, "a", 1.0, True): 2, (2, None, None, False): 1, (3, "c", 0.5, None): 1}
+    )
     assert rows_of(st2, "u") == Counter([(1, "A"), (2, "b")])
     # The row index was recovered too: checks still see every row exactly once.
     with pytest.raises(NotFound):

@@ -23,7 +23,10 @@ def test_type_arity_and_null_checks_write_nothing(store: Storage) -> None:
     lsn = store.write("t", base)
     bad_batches = [
         ([(3, "c", 1.0, True), (4, "d", 2.0, False), (5, "e", 3.0)], r"row 2: expected 4 values"),
-        ([(3, "c", 1.0, True), ("abc", "d", 2.0, False)], r"table 't' row 1: column 'k' expects BIGINT, got 'abc'"),
+        (
+            [(3, "c", 1.0, True), ("abc", "d", 2.0, False)],
+            r"table 't' row 1: column 'k' expects BIGINT, got 'abc'",
+        ),
         ([(True, "c", 1.0, True)], r"column 'k' expects BIGINT, got True"),
         ([(3, 5, 1.0, True)], r"column 's' expects TEXT, got 5"),
         ([(3, "c", "1.0", True)], r"column 'x' expects DOUBLE, got '1.0'"),
@@ -37,7 +40,10 @@ def test_type_arity_and_null_checks_write_nothing(store: Storage) -> None:
             store.write("t", batch)
     with pytest.raises(InvalidArgument, match=r"delete row 0: column 'k' expects BIGINT"):
         store.write("t", [(9, "z", 0.0, False)], deletes=[("x", "a", 1.0, True)])
-    with pytest.raises(InvalidArgument, match=r"table 'u' row 1: column 'id' is part of the PRIMARY KEY and cannot be NULL"):
+    with pytest.raises(
+        InvalidArgument,
+        match=r"table 'u' row 1: column 'id' is part of the PRIMARY KEY and cannot be NULL",
+    ):
         store.write("u", [(1, "a"), (None, "b")])
     assert store.last_lsn == lsn  # no LSN was consumed by a refused batch
     # DOUBLE accepts ints (stored as float); the store keeps working after every refusal.
@@ -50,14 +56,18 @@ def test_primary_key_and_delete_checks(store: Storage) -> None:
     store.create_table(KEYED)
     store.create_table(BAG)
     store.write("u", [(1, "a"), (2, "b")])
-    with pytest.raises(AlreadyExists, match=r"table 'u' row 1: primary key \(id\)=\(1\) already exists"):
+    with pytest.raises(
+        AlreadyExists, match=r"table 'u' row 1: primary key \(id\)=\(1\) already exists"
+    ):
         store.write("u", [(3, "c"), (1, "x")])
     with pytest.raises(AlreadyExists, match=r"appears twice in this batch \(rows 0 and 1\)"):
         store.write("u", [(5, "c"), (5, "d")])
     # update of the same key (delete old, insert new) in one write is fine...
     store.write("u", [(1, "A")], deletes=[(1, "a")])
     # ...but a delete must match the whole row, not just the key.
-    with pytest.raises(NotFound, match=r"table 'u' delete row 0: row \(2, 'wrong'\) is not in the table"):
+    with pytest.raises(
+        NotFound, match=r"table 'u' delete row 0: row \(2, 'wrong'\) is not in the table"
+    ):
         store.write("u", [(2, "B")], deletes=[(2, "wrong")])
     # Still pending in the overlay (not yet indexed) or already indexed: both are checked.
     store.write("u", [(7, "g")])
@@ -65,7 +75,9 @@ def test_primary_key_and_delete_checks(store: Storage) -> None:
         store.write("u", [(7, "h")])
 
     store.write("t", [(1, "a", 1.0, True)] * 2)
-    with pytest.raises(NotFound, match=r"deletes 3 copies of \(1, 'a', 1.0, True\) but the table holds 2"):
+    with pytest.raises(
+        NotFound, match=r"deletes 3 copies of \(1, 'a', 1.0, True\) but the table holds 2"
+    ):
         store.write("t", deletes=[(1, "a", 1.0, True)] * 3)
     with pytest.raises(NotFound, match="is not in the table"):
         store.write("t", [(5, "e", 0.0, False)], deletes=[(9, "z", 0.0, False)])

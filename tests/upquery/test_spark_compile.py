@@ -84,16 +84,24 @@ def aggregate(group_by=(0,), candidates=3) -> Aggregate:
 
 SINGLE_INPUT = {
     "filter": lambda: Filter(COLS, expr("_c2 > 0 OR _c0 = 'a'")),
-    "project": lambda: Project(("a", "b", "c"), [expr("_c4"), expr("_c2 * 2 + _c3"),
-                                                 expr("CASE WHEN _c1 > 2 THEN 'hi' END")]),
+    "project": lambda: Project(
+        ("a", "b", "c"),
+        [expr("_c4"), expr("_c2 * 2 + _c3"), expr("CASE WHEN _c1 > 2 THEN 'hi' END")],
+    ),
     "aggregate": lambda: aggregate(),
     "aggregate_two_groups": lambda: aggregate(group_by=(1, 0), candidates=None),
     "aggregate_global": lambda: aggregate(group_by=(), candidates=2),
     "aggregate_no_aggs": lambda: Aggregate(("g",), (0,), [], None),
     # MIN/MAX of one column (+ COUNT(*)): the one-pass state plan.
     "aggregate_extremes_of_one_column": lambda: Aggregate(
-        ("g", "n", "hi", "lo"), (0,), [AggSpec("COUNT_STAR"), AggSpec("MAX", 3), AggSpec("MIN", 3)], 2),
-    "aggregate_max_unbounded": lambda: Aggregate(("g", "h", "hi"), (0, 1), [AggSpec("MAX", 4)], None),
+        ("g", "n", "hi", "lo"),
+        (0,),
+        [AggSpec("COUNT_STAR"), AggSpec("MAX", 3), AggSpec("MIN", 3)],
+        2,
+    ),
+    "aggregate_max_unbounded": lambda: Aggregate(
+        ("g", "h", "hi"), (0, 1), [AggSpec("MAX", 4)], None
+    ),
     "topk": lambda: TopK(COLS, (0,), [(2, True)], 2, 4),
     "topk_two_keys": lambda: TopK(COLS, (1,), [(3, False), (4, True)], 3, None),
     "topk_global": lambda: TopK(COLS, (), [(2, False)], 4, 6),
