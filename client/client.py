@@ -174,7 +174,7 @@ class Client:
         self.target = target
         self.timeout = timeout
         self._metadata = (("authorization", f"Bearer {token}"),) if token else None
-        options = list(CHANNEL_OPTIONS)
+        options: list[tuple[str, Any]] = list(CHANNEL_OPTIONS)
         if tls_server_name:
             options.append(("grpc.ssl_target_name_override", tls_server_name))
         if tls or tls_ca is not None or tls_server_name:

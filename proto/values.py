@@ -249,16 +249,16 @@ def _decode_column(column: pb.Column, num_rows: int, field: str) -> list[Any]:
         if len(values) != num_rows:
             raise WireError(f"{field}: {len(values)} value(s) for {num_rows} rows")
         return list(decode_values(values, f"{field}.values"))
-    name = _LIST_OF_KIND.get(kind)
-    if name is None:
+    list_name = _LIST_OF_KIND.get(kind)
+    if list_name is None:
         raise WireError(f"{field}: unknown kind {kind}")
     for other in _LISTS:
-        if other != name and len(getattr(column, other)):
+        if other != list_name and len(getattr(column, other)):
             raise WireError(
                 f"{field}: kind is {_NAMES_OF_KIND[kind]} but values are in `{other}`; "
-                f"that kind sends its values in `{name}`"
+                f"that kind sends its values in `{list_name}`"
             )
-    values = list(getattr(column, name))
+    values = list(getattr(column, list_name))
     nulls = column.nulls
     if not nulls:
         if len(values) != num_rows:

@@ -22,7 +22,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -265,7 +265,7 @@ class BulkLoader:
         rows: list[tuple],
         write: Callable[[str, list[tuple]], int],
         force: bool,
-    ) -> Iterator[Progress]:
+    ) -> Generator[Progress, None, int]:
         """The one write (and its record) in a thread, with a heartbeat every second so
         the client's clock moves and idle-stream timeouts do not fire; returns the LSN.
 
@@ -352,7 +352,7 @@ class BulkLoader:
             .csv(path)
         )
 
-    def _scan(self, frame: Any, table: str) -> Iterator[Progress]:
+    def _scan(self, frame: Any, table: str) -> Generator[Progress, None, Any]:
         """Run the Spark job in a thread, reporting task progress; returns an Arrow table."""
         group = f"partialflow-load-{uuid.uuid4().hex[:12]}"
         box: dict[str, Any] = {}
@@ -384,7 +384,7 @@ class BulkLoader:
             raise InvalidArgument(f"cannot load into {table}: {_spark_message(err)}") from None
         return box["arrow"]
 
-    def _convert(self, arrow: Any) -> Iterator[Progress]:
+    def _convert(self, arrow: Any) -> Generator[Progress, None, list[tuple]]:
         """Arrow columns to row tuples in chunks, reporting rows converted; returns the rows."""
         total = arrow.num_rows
         rows: list[tuple] = []

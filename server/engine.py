@@ -151,7 +151,7 @@ def table_schema(create: exp.Create) -> TableSchema:
                 f"columns are {', '.join(names)}"
             )
         columns = [Column(c.name, c.type, c.primary_key or c.name in key) for c in columns]
-    return TableSchema(name, columns)
+    return TableSchema(name, tuple(columns))
 
 
 def literal_value(node: exp.Expression) -> Any:

@@ -23,12 +23,12 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
-import sqlglot
 from sqlglot import exp
 
 from partialflow.server.errors import InvalidArgument, NotFound
+from partialflow.server.sql.parse import parse_tree
 
 log = logging.getLogger("partialflow.verifier")
 
@@ -63,13 +63,14 @@ def oracle_sql(sql: str, key: Sequence[Any], view_sql: Callable[[str], str | Non
     added to ORDER BY as a tie-breaker — the dataflow breaks ties by all columns
     ascending, and Spark must pick the same rows."""
     values = list(key)
-    tree = _inline_views(sqlglot.parse_one(sql), view_sql, depth=0)
+    tree = _inline_views(parse_tree(sql), view_sql, depth=0)
 
     def bind(node: exp.Expression) -> exp.Expression:
         if isinstance(node, exp.Placeholder):
             if not values:
                 raise InvalidArgument("the key has fewer values than the view has parameters")
-            return exp.convert(values.pop(0))
+            # sqlglot annotates convert() with its Expr base; it builds an Expression.
+            return cast(exp.Expression, exp.convert(values.pop(0)))
         return node
 
     tree = tree.transform(bind)
@@ -93,7 +94,7 @@ def _inline_views(
         if isinstance(node, exp.Table) and not node.args.get("db"):
             inner = view_sql(node.name.lower())
             if inner is not None:
-                sub = _inline_views(sqlglot.parse_one(inner), view_sql, depth + 1)
+                sub = _inline_views(parse_tree(inner), view_sql, depth + 1)
                 return exp.Subquery(
                     this=sub, alias=exp.TableAlias(this=exp.to_identifier(node.alias_or_name))
                 )

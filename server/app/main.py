@@ -50,6 +50,8 @@ def _bind(server: grpc.Server, config: Config) -> int:
     address = _address(config.host, config.port)
     try:
         if config.tls:
+            # Config refuses a certificate without its key and the reverse.
+            assert config.tls_cert is not None and config.tls_key is not None
             credentials = server_credentials(config.tls_cert, config.tls_key)
             port = server.add_secure_port(address, credentials)
         else:

@@ -105,15 +105,15 @@ class EngineCollector(Collector):
         for key, (name, doc) in _VIEW_COUNTERS.items():
             family = CounterMetricFamily(name, doc, labels=["view"])
             for view, figures in sorted(views.items()):
-                if _num(figures.get(key)) is not None:
-                    family.add_metric([view], _num(figures[key]))
+                if (v := _num(figures.get(key))) is not None:
+                    family.add_metric([view], v)
             yield family
         for key, (name, doc) in _VIEW_GAUGES.items():
-            family = GaugeMetricFamily(name, doc, labels=["view"])
+            gauge = GaugeMetricFamily(name, doc, labels=["view"])
             for view, figures in sorted(views.items()):
-                if _num(figures.get(key)) is not None:
-                    family.add_metric([view], _num(figures[key]))
-            yield family
+                if (v := _num(figures.get(key))) is not None:
+                    gauge.add_metric([view], v)
+            yield gauge
 
     def _lsns(self, stats: dict) -> Iterator[Metric]:
         written = _num(stats.get("lsn"))
@@ -134,8 +134,8 @@ class EngineCollector(Collector):
             "partialflow_state_bytes", "Bytes of dataflow state by kind.", labels=["kind"]
         )
         for kind in ("partial", "full"):
-            if _num(stats.get(f"{kind}_bytes")) is not None:
-                family.add_metric([kind], _num(stats[f"{kind}_bytes"]))
+            if (v := _num(stats.get(f"{kind}_bytes"))) is not None:
+                family.add_metric([kind], v)
         yield family
         yield from _gauge(
             "partialflow_memory_limit_bytes",
@@ -149,8 +149,8 @@ class EngineCollector(Collector):
             "partialflow_rows_written", "Rows in acknowledged writes.", labels=["op"]
         )
         for op, key in (("insert", "rows_inserted"), ("delete", "rows_deleted")):
-            if _num(writes.get(key)) is not None:
-                rows.add_metric([op], _num(writes[key]))
+            if (v := _num(writes.get(key))) is not None:
+                rows.add_metric([op], v)
         yield rows
         yield from _counter("partialflow_bulk_loads", "Completed bulk loads.", writes.get("loads"))
         yield from _counter(
@@ -183,8 +183,9 @@ class EngineCollector(Collector):
             labels=["event"],
         )
         for key, value in sorted(stats.items()):
-            if key not in _NOT_EVENTS and _num(value) is not None and key != "applied_lsn":
-                events.add_metric([key], _num(value))
+            num = _num(value)
+            if key not in _NOT_EVENTS and num is not None and key != "applied_lsn":
+                events.add_metric([key], num)
         yield events
 
 

@@ -52,7 +52,7 @@ TOO_DEEP = (
 )
 
 
-def details(err: BaseException | str) -> str:
+def details(err: object) -> str:
     """An error's message, cut to MAX_DETAILS_BYTES of UTF-8 (a value quoted in it can be
     as long as the request)."""
     text = str(err)

@@ -223,10 +223,11 @@ def _sources(node: Node, c: int, pidx: int) -> list[tuple[int, int]]:
 def _key_from_known(st: State, node: Node | None, pidx: int, known: dict[int, Any]) -> Row | None:
     fk = []
     for c in st.partial_cols:
+        col: int | None = c
         if node is not None and node.view is None:
             srcs = [pc for p, pc in node.op.resolve(c) if p == pidx]  # type: ignore[union-attr]
-            c = srcs[0] if srcs else None
-        if c is None or c not in known:
+            col = srcs[0] if srcs else None
+        if col is None or col not in known:
             return None
-        fk.append(known[c])
+        fk.append(known[col])
     return tuple(fk)

@@ -281,12 +281,12 @@ class Executor:
                 continue
             first = items[0]
             assert isinstance(first, (HeldNode, HeldJoin))
-            captured = (
-                {k: v for h in items for k, v in h.captured.items()}
-                if isinstance(first, HeldJoin)
-                else None
-            )  # type: ignore[union-attr]
-            self._propagate([(first.node, first.parent, [h.delta for h in items])], lsn, captured)  # type: ignore[union-attr]
+            captured: Captured | None = None
+            if isinstance(first, HeldJoin):  # one batch key: every item is a HeldJoin
+                captured = {
+                    k: v for h in items if isinstance(h, HeldJoin) for k, v in h.captured.items()
+                }
+            self._propagate([(first.node, first.parent, [h.delta for h in items])], lsn, captured)
 
     # -- propagation -------------------------------------------------------------------
     def _propagate(self, items: Items, lsn: int, captured: Captured | None = None) -> None:
@@ -304,8 +304,8 @@ class Executor:
             inbox[node.nid].append((pidx, deltas))
 
         replayed = {node.nid for node, _, _ in items} if captured is not None else set()
-        for node, pidx, deltas in items:
-            push(node, pidx, deltas)
+        for start, pidx, deltas in items:
+            push(start, pidx, deltas)
         while heap:
             nid = heapq.heappop(heap)
             node = self.graph.nodes.get(nid)

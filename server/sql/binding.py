@@ -199,7 +199,7 @@ def _limit(q: exp.Expression) -> int | None:
     return int(value.this)
 
 
-def _refuse_unsupported(sel: exp.Select) -> None:
+def _refuse_unsupported(sel: exp.Expression) -> None:
     for key, what in (
         ("with", "WITH"),
         ("qualify", "QUALIFY"),

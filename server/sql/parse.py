@@ -9,7 +9,7 @@ position instead.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, cast
 
 import sqlglot
 import sqlglot.errors
@@ -108,10 +108,17 @@ def parse_error(
     return InvalidArgument(f"{what}: {str(err).splitlines()[0]}")
 
 
+def parse_tree(sql: str) -> exp.Expression:
+    """``sqlglot.parse_one``, typed as the ``Expression`` it returns: recent sqlglot annotates
+    its ``Expr`` base class, which lacks ``Expression``'s tree API in the stubs."""
+    return cast(exp.Expression, sqlglot.parse_one(sql))
+
+
 def parse_statements(sql: str, dialect: str | None = None) -> list[exp.Expression]:
     """Every statement in ``sql``; malformed SQL raises InvalidArgument in plain words."""
     try:
-        return [s for s in sqlglot.parse(sql, dialect=dialect) if s is not None]
+        trees = sqlglot.parse(sql, dialect=dialect)
+        return [cast(exp.Expression, s) for s in trees if s is not None]
     except sqlglot.errors.SqlglotError as err:
         raise parse_error(err, sql) from None
 
@@ -122,6 +129,6 @@ def parse_query(sql: str, what: str = "malformed SQL") -> exp.Expression:
     if word and not word.startswith(("SELECT", "WITH", "(", "VALUES")):
         raise InvalidArgument(f"{what}: a query starts with SELECT, got {word.split('(')[0]!r}")
     try:
-        return sqlglot.parse_one(sql)
+        return parse_tree(sql)
     except sqlglot.errors.SqlglotError as err:
         raise parse_error(err, sql, what) from None

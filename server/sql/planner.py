@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 from sqlglot import exp
 
@@ -88,6 +89,12 @@ ViewLookup = Callable[[str], "ViewPlan | None"]
 
 
 
+def _conjunction(parts: list[exp.Expression]) -> exp.Expression:
+    """``a AND b AND ...`` of ``parts`` (one part as itself). sqlglot annotates ``and_`` as
+    returning a ``Condition``; the node it builds (``And``) is an ``Expression``."""
+    return cast(exp.Expression, exp.and_(*parts)) if len(parts) > 1 else parts[0]
+
+
 class Planner:
     """Plans one CREATE VIEW's SELECT."""
 
@@ -105,7 +112,9 @@ class Planner:
         return self._plan_select(tree, allow_params=True)
 
     # -- SELECT ------------------------------------------------------------------------
-    def _plan_select(self, sel: exp.Select, allow_params: bool) -> ViewPlan:
+    def _plan_select(self, sel: exp.Expression, allow_params: bool) -> ViewPlan:
+        # An Expression, not only a Select: a UNION branch or FROM subquery of another kind
+        # (VALUES, ...) comes here too and is refused by the checks below.
         _refuse_unsupported(sel)
         node, scope = self._plan_from(sel)
         params: list[int] = []
@@ -129,7 +138,7 @@ class Planner:
                 else:
                     residual.append(conj)
             if residual:
-                pred = exp.and_(*residual) if len(residual) > 1 else residual[0]
+                pred = _conjunction(residual)
                 node = _op(Filter(node.columns, compile_expr(_bind(pred, scope))), node)
         if len(set(params)) != len(params):
             raise InvalidArgument("the same column is compared with ? twice")
@@ -140,7 +149,7 @@ class Planner:
         return self._plan_projection(sel, node, scope, params)
 
     def _plan_projection(
-        self, sel: exp.Select, node: PlanNode, scope: Scope, params: list[int]
+        self, sel: exp.Expression, node: PlanNode, scope: Scope, params: list[int]
     ) -> ViewPlan:
         items = _expand_star(sel.expressions, scope)
         names = [_output_name(e) for e in items]
@@ -153,7 +162,7 @@ class Planner:
         return self._finish(sel, root, names, key, order_cols)
 
     def _plan_aggregate(
-        self, sel: exp.Select, node: PlanNode, scope: Scope, params: list[int]
+        self, sel: exp.Expression, node: PlanNode, scope: Scope, params: list[int]
     ) -> ViewPlan:
         items = _expand_star(sel.expressions, scope)
         names = [_output_name(e) for e in items]
@@ -324,7 +333,8 @@ class Planner:
         if distinct:
             root = _op(Distinct(root.columns), root)
         order = []
-        for o in (u.args.get("order").expressions if u.args.get("order") else []):
+        order_by = u.args.get("order")
+        for o in order_by.expressions if order_by else []:
             pos = _output_position(o.this, [exp.column(n) for n in names], names)
             if pos is None:
                 raise InvalidArgument(
@@ -341,7 +351,7 @@ class Planner:
         return ViewPlan(root, list(names), tuple(range(len(names))), (), order, limit, None)
 
     # -- FROM and JOIN -----------------------------------------------------------------
-    def _plan_from(self, sel: exp.Select) -> tuple[PlanNode, Scope]:
+    def _plan_from(self, sel: exp.Expression) -> tuple[PlanNode, Scope]:
         from_ = sel.args.get("from_") or sel.args.get("from")
         if from_ is None:
             raise InvalidArgument("a view needs a FROM clause")
@@ -377,8 +387,8 @@ class Planner:
                 if isinstance(inner, exp.Union)
                 else self._plan_select(inner, allow_params=False)
             )
-            alias = rel.alias.lower() if rel.alias else None
-            return _visible_only(sub), Scope([(alias, c.lower()) for c in sub.columns])
+            sub_alias = rel.alias.lower() if rel.alias else None
+            return _visible_only(sub), Scope([(sub_alias, c.lower()) for c in sub.columns])
         raise InvalidArgument(f"unsupported FROM item: {rel.sql()!r}")
 
     def _join(self, left: PlanNode, lscope: Scope, j: exp.Join) -> tuple[PlanNode, Scope]:
@@ -410,10 +420,12 @@ class Planner:
             ):
                 a, b = both.find(conj.this), both.find(conj.expression)
                 if a < nl <= b:
-                    lkey.append(a), rkey.append(b - nl)
+                    lkey.append(a)
+                    rkey.append(b - nl)
                     continue
                 if b < nl <= a:
-                    lkey.append(b), rkey.append(a - nl)
+                    lkey.append(b)
+                    rkey.append(a - nl)
                     continue
             rest.append(conj)
         if not lkey:
@@ -433,7 +445,7 @@ class Planner:
             [left, right],
         )
         if rest:
-            pred = exp.and_(*rest) if len(rest) > 1 else rest[0]
+            pred = _conjunction(rest)
             node = _op(Filter(cols, compile_expr(_bind(pred, both))), node)
         return node, both
 

@@ -6,17 +6,46 @@ Every change is persisted atomically (catalog.json) before it becomes visible.
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 from partialflow.server.errors import AlreadyExists, InvalidArgument, NotFound
 from partialflow.server.storage import maintenance
-from partialflow.server.storage.catalog import Catalog, TableEntry
+from partialflow.server.storage.catalog import Catalog, Manifest, TableEntry
 from partialflow.server.storage.schema import TableSchema, check_identifier, validate_schema
+
+if TYPE_CHECKING:
+    from partialflow.server.storage.rowindex import RowIndex
+    from partialflow.server.storage.segments import MemEntry
+    from partialflow.server.storage.store import Storage
 
 
 class CatalogOps:
     """Mixin of ``Storage``: uses its ``_ddl_lock``/``_manifest_lock``/``_lock``, ``_catalog``,
     ``_manifest``, ``_live``, ``_mem``, ``_index`` and file bookkeeping."""
+
+    # The Storage state this mixin works on, declared for the type checker only (annotations
+    # without values create no class attributes); ``Storage.__init__`` assigns them.
+    tables_dir: Path
+    catalog_path: Path
+    manifest_path: Path
+    _ddl_lock: threading.Lock
+    _manifest_lock: threading.Lock
+    _lock: threading.Lock
+    _catalog: Catalog
+    _manifest: Manifest
+    _live: set[int]
+    _index: RowIndex | None
+    _mem: dict[int, list[MemEntry]]
+    _mem_rows: int
+    _obsolete: set[str]
+
+    if TYPE_CHECKING:
+
+        def _check_open(self) -> None: ...
+
+        def _collect_unreferenced(self) -> list[str]: ...
 
     def create_table(self, schema: TableSchema) -> None:
         """Create a table; AlreadyExists for a taken name, InvalidArgument for a bad schema."""
@@ -68,7 +97,7 @@ class CatalogOps:
                 for seg in tm.segments if tm else ():
                     self._obsolete.add(str(table_dir / seg.file))
                 doomed = self._collect_unreferenced()
-            maintenance.delete_files(self, doomed)
+            maintenance.delete_files(cast("Storage", self), doomed)
 
     def table(self, name: str) -> TableSchema:
         """Schema of a table; NotFound naming it and listing the existing tables."""

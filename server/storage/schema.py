@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import pyarrow as pa
 
@@ -339,7 +339,8 @@ def coerce_rows(
     if changed or not set(map(type, rows)) <= {tuple}:
         out = list(zip(*cols, strict=True))
     else:
-        out = list(rows)  # already tuples of correctly typed values: reuse them
+        # already tuples of correctly typed values: reuse them
+        out = cast("list[tuple]", list(rows))
     return out, cols
 
 

@@ -78,6 +78,7 @@ def subtree(
                 df = snapshot.table_df(node.table)
             df = df.toDF(*[f"_c{i}" for i in range(len(df.columns))])
         else:
+            assert node.op is not None  # a node that is not a base table has an operator
             df = compile_output(
                 node.op, [subtree(p, snapshot, memo, filters) for p in node.parents]
             )
