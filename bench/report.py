@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -172,7 +173,12 @@ def markdown(res: dict) -> str:
 
 
 def main(argv: list[str]) -> int:
-    res: Any = json.loads(Path(argv[1]).read_text())
+    parser = argparse.ArgumentParser(
+        description="The README's benchmark table from a results JSON."
+    )
+    parser.add_argument("results", type=Path, help="a results-*.json written by bench/run.py")
+    args = parser.parse_args(argv[1:])
+    res: Any = json.loads(args.results.read_text())
     m = res["meta"]
     print(f"{m['date']}, {m['cores']} cores, {m['memory_gib']} GiB, Python {m['python']}, "
           f"PySpark {m['pyspark']}, {m['java']}; load average {m['loadavg_at_start']} at the "

@@ -144,14 +144,14 @@ def _int(text: str) -> int:
     try:
         return int(text)
     except ValueError:
-        raise ValueError(f"expected a whole number, got {text!r}") from None
+        raise ValueError("expected a whole number") from None
 
 
 def _float(text: str) -> float:
     try:
         return float(text)
     except ValueError:
-        raise ValueError(f"expected a number, got {text!r}") from None
+        raise ValueError("expected a number") from None
 
 
 def _choice(*allowed: str) -> Callable[[str], str]:

@@ -56,10 +56,14 @@ def _bind(server: grpc.Server, config: Config) -> int:
             port = server.add_secure_port(address, credentials)
         else:
             port = server.add_insecure_port(address)
-    except RuntimeError as err:  # grpc raises on failure in recent releases
-        raise Unavailable(f"cannot listen on {address}: {err}") from None
+    except RuntimeError:  # grpc raises on failure in recent releases
+        port = 0
     if port == 0:  # older releases return 0
-        raise Unavailable(f"cannot listen on {address}")
+        # gRPC's own text ("Failed to bind ...; set GRPC_VERBOSITY=debug ...") says less.
+        raise Unavailable(
+            f"cannot listen on {address}: the port is in use, or the host is not an address "
+            "of this machine (--host, --port; --port 0 picks a free port)"
+        )
     return port
 
 
