@@ -209,18 +209,20 @@ class Dataflow:
     def begin_read(self, view: str, keys: list[Any]) -> Read:
         """Check the keys and start a read of them (it may wait for fills: see ``Read``).
         Everything is checked before anything is queued."""
+        reader, checked = self._checked(view, keys)
+        return Read(self.executor, reader, checked)
+
+    def _checked(self, view: str, keys: list[Any]) -> tuple[Reader, list[Row]]:
+        """The view's reader and its keys, each checked against the view's parameters."""
         reader = self._reader(view)
         params = self._params.get(reader.name)
-        checked = [check_key(reader, k, params) for k in keys]
-        return Read(self.executor, reader, checked)
+        return reader, [check_key(reader, k, params) for k in keys]
 
     def lookup(self, view: str, keys: list[tuple], *, min_lsn: int | None,
                timeout: float) -> tuple[list[str], list[tuple[list[tuple], int]]]:
         """The view's columns and, per key, its rows and the LSN they are exact at."""
         deadline = time.monotonic() + timeout
-        reader = self._reader(view)
-        params = self._params.get(reader.name)
-        checked = [check_key(reader, k, params) for k in keys]
+        reader, checked = self._checked(view, keys)
         ex = self.executor
         if min_lsn:
             ex.wait_for(min_lsn, deadline)
