@@ -118,7 +118,7 @@ class Graph:
         parents = [
             self._build(p, mz.trace(op, req, i), new_full, used) for i, p in enumerate(pn.parents)
         ]
-        return self._shared(op, parents, (), used)
+        return self._shared(op, parents, (), used)[0]
 
     def _build_grouped(
         self, pn: PlanNode, op: GroupedOperator, req: Req, new_full: list[State], used: list[Node]
@@ -129,12 +129,8 @@ class Graph:
             op = mz.unbounded(op)
         parent_req = mz.trace(op, decision.key, 0) if partial else None
         parent = self._build(pn.parents[0], parent_req, new_full, used)
-        sig = (op.signature(), parent.nid, ("grouped", decision.key, partial))
-        node = self.by_signature.get(sig)
-        if node is None:
-            node = self._new_node(op.columns, op, [parent])
-            node.signature = sig
-            self.by_signature[sig] = node
+        node, new = self._shared(op, [parent], ("grouped", decision.key, partial), used)
+        if new:
             node.own = self._state(
                 node, "grouped", op.group_columns(), decision, f"{op.symbol} n{node.nid}"
             )
@@ -142,7 +138,6 @@ class Graph:
                 mz.link(node.own, parent, parent_req)
             else:
                 new_full.append(node.own)
-        used.append(node)
         return node
 
     def _build_join(
@@ -156,12 +151,8 @@ class Graph:
             # needs every row of it), so below such an index everything is full.
             parents.append(self._build(p, d.key if d.mode == "partial" else None, new_full, used))
         spec = tuple((decisions[s].mode, decisions[s].key) for s in (0, 1))
-        sig = (op.signature(), tuple(p.nid for p in parents), spec)
-        node = self.by_signature.get(sig)
-        if node is None:
-            node = self._new_node(op.columns, op, parents)
-            node.signature = sig
-            self.by_signature[sig] = node
+        node, new = self._shared(op, parents, spec, used)
+        if new:
             idx = op.side_indexes()
             for s in (0, 1):
                 d = decisions[s]
@@ -171,18 +162,23 @@ class Graph:
                     new_full.append(st)
                 elif d.mode == "partial":
                     mz.link(st, parents[s], d.key)
-        used.append(node)
         return node
 
-    def _shared(self, op: Operator, parents: list[Node], spec: Hashable, used: list[Node]) -> Node:
+    def _shared(
+        self, op: Operator, parents: list[Node], spec: Hashable, used: list[Node]
+    ) -> tuple[Node, bool]:
+        """The node computing ``op`` over ``parents`` with materialization ``spec``: the
+        existing one (identical subgraphs are shared between views) or a new one; True
+        when new, so the caller gives it its states."""
         sig = (op.signature(), tuple(p.nid for p in parents), spec)
         node = self.by_signature.get(sig)
+        new = node is None
         if node is None:
             node = self._new_node(op.columns, op, parents)
             node.signature = sig
             self.by_signature[sig] = node
         used.append(node)
-        return node
+        return node, new
 
     def _new_node(self, columns: tuple[str, ...], op: Operator | None, parents: list[Node],
                   table: str | None = None, view: str | None = None) -> Node:
