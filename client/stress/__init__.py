@@ -89,6 +89,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "read (the server needs PARTIALFLOW_TEST_HOOKS=1); the run must then FAIL",
     )
     parser.add_argument(
+        "--read-bound",
+        type=float,
+        default=20.0,
+        metavar="S",
+        help="a read with no fault active must be answered within S seconds; a slower or "
+        "failed one fails the run (default 20)",
+    )
+    parser.add_argument(
         "--miss-ms",
         type=float,
         default=50.0,

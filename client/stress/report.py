@@ -27,6 +27,10 @@ class RunInfo:
     server_delta: dict[str, Any]  # hits/misses/upqueries/evictions of the stress views
     server_upquery_ms: dict[str, Any]
     phases: dict[str, float]  # seconds each step of the run took
+    # A read with no fault active must be answered within this many seconds: a slower one,
+    # or one that failed (even cleanly), fails the run. A read that never returns is a
+    # failure, just like a wrong one.
+    read_bound: float = 20.0
 
 
 def _pct(values: list[float]) -> dict[str, float]:
@@ -76,8 +80,14 @@ def summarize(journal: Journal, verdict: Verdict, info: RunInfo) -> dict[str, An
                 "errors": dict(errs),
             }
         )
+    slow = [
+        r for r in journal.reads
+        if r.call != "recovery" and r.ms / 1000 > info.read_bound
+        and journal.fault_at(r.start, r.start + r.ms / 1000, info.settle) is None
+    ]
     failed = bool(
         verdict.mismatches or verdict.lost or unclean or journal.lsn_regressions or info.recovery
+        or unexplained or slow
     )
     return {
         "server": info.server,
@@ -97,12 +107,21 @@ def summarize(journal: Journal, verdict: Verdict, info: RunInfo) -> dict[str, An
             "per_second": round(len(journal.calls) / max(info.duration, 1e-9), 1),
             "lookup_many": sum(1 for _, c, _ in journal.calls if c == "lookup_many"),
         },
-        "latency_ms": {"miss_threshold": info.miss_ms, "hits": _pct(hits), "misses": _pct(misses)},
+        "latency_ms": {"miss_threshold": info.miss_ms, "hits": _pct(hits), "misses": _pct(misses),
+                       "read_bound_s": info.read_bound,
+                       "over_bound_without_fault": [
+                           f"{r.view} {r.key!r}: {r.ms / 1000:.1f}s at {r.start:.1f}s"
+                           for r in slow[:SHOWN]],
+                       "over_bound_count": len(slow)},
         "server_stats": {**info.server_delta, "upquery_ms": info.server_upquery_ms},
         "evictions": {"calls": journal.evictions, "keys": journal.evicted_keys},
         "errors": {
             "clean_in_fault_windows": dict(Counter(f.kind for f in clean)),
             "clean_without_fault": dict(Counter(f.kind for f in unexplained)),
+            "clean_without_fault_first": [
+                f"{f.what} {f.detail} at {f.start:.1f}s: {f.kind}: {f.message}"
+                for f in unexplained[:SHOWN]
+            ],
             "unclean": [f"{f.what} {f.detail}: {f.kind}: {f.message}" for f in unclean],
         },
         "faults": windows,
@@ -186,7 +205,11 @@ def render(s: dict[str, Any]) -> str:
         "",
         "errors",
         f"  during fault windows (expected): {_counts(e['clean_in_fault_windows'])}",
-        f"  clean, with no fault active:     {_counts(e['clean_without_fault'])}",
+        f"  clean, with no fault active (a failure): {_counts(e['clean_without_fault'])}",
+        *[f"    {x}" for x in e["clean_without_fault_first"]],
+        f"  reads over {lat['read_bound_s']:g} s with no fault active (a failure): "
+        f"{lat['over_bound_count']}",
+        *[f"    {x}" for x in lat["over_bound_without_fault"]],
         f"  unclean (a failure):             {len(e['unclean'])}",
         *[f"    {x}" for x in e["unclean"][:SHOWN]],
     ]

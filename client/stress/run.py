@@ -331,6 +331,7 @@ def run_stress(client: Client, args: argparse.Namespace) -> int:
         _server_figures(stats, prefix, views),
         stats.get("upquery_ms") or {},
         phases,
+        args.read_bound,
     )
     summary = summarize(journal, verdict, info)
     print(render(summary))

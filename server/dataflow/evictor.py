@@ -16,12 +16,12 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from cachetools import LRUCache
 
 from partialflow.operators.base import Row
-from partialflow.operators.join import Join
+from partialflow.server.dataflow.downstream import downstream_keys
 from partialflow.server.dataflow.publish import Publisher
 from partialflow.server.dataflow.state import State
 from partialflow.server.dataflow.stats import Stats
@@ -117,7 +117,7 @@ class Evictor:
         """Make ``fk`` a hole in ``st`` and in every state above filled relying on it."""
         if st.mode == "full":
             return
-        if st.is_filled(fk):
+        if st.is_filled(fk) or st.is_blocked(fk):
             st.mark_hole(fk)
             if st.node.view is not None:
                 self.publisher.changed(st, fk)
@@ -130,7 +130,7 @@ class Evictor:
         fill = st.pending_fill(fk)
         if fill is not None:
             assert self.fills is not None
-            self.fills.cancel(fill, fk)
+            self.fills.cancel(fill, st, fk)
         for d in st.dependents:
             self.evict(d, fk)
 
@@ -171,63 +171,7 @@ class Evictor:
 
 
 def _pinned(st: State, fk: Row) -> bool:
-    """Keys a fill in flight relies on are not evicted for memory: evicting them would
-    cancel that fill, and under pressure fills would never complete."""
-    return any(d.is_pending(fk) for d in st.dependents)
-
-
-# -- which downstream keys a dropped delta could affect ----------------------------------
-def downstream_keys(node: Node, pidx: int, row: Row) -> list[tuple[State, Row | None]]:
-    """The nearest states above ``node`` that a delta of ``row`` from parent ``pidx``
-    reaches, each with the fill key it would touch (None when not computable)."""
-    out: list[tuple[State, Row | None]] = []
-    _walk_known(node, pidx, {pc: row[pc] for pc in range(len(row))}, out, through=True)
-    return out
-
-
-def _walk_known(
-    node: Node, pidx: int, known: dict[int, Any], out: list, through: bool = False
-) -> None:
-    st = node.own
-    if st is not None and not through:
-        out.append((st, _key_from_known(st, node, pidx, known)))
-        return
-    if not through and pidx in node.sides and node.sides[pidx].mode != "full":
-        side = node.sides[pidx]
-        out.append((side, _key_from_known(side, None, pidx, known)))
-    mapped = {}
-    for c in range(len(node.columns)):
-        for p, pc in _sources(node, c, pidx):
-            if p == pidx and pc in known:
-                mapped[c] = known[pc]
-                break
-    for child, cidx in node.children:
-        _walk_known(child, cidx, mapped, out)
-
-
-def _sources(node: Node, c: int, pidx: int) -> list[tuple[int, int]]:
-    """Where output column ``c`` of ``node`` comes from, for the rows a delta from parent
-    ``pidx`` produces. Beyond ``resolve``: every row a right delta of a LEFT JOIN
-    produces or retracts (matched or NULL-padded) has the left join key equal to the
-    delta's right key, though in general a left join's left key column is not the right
-    one (padded rows). Without this, a dropped right delta could not name the keys it
-    affects, and every key above would be evicted."""
-    op = node.op
-    assert op is not None
-    found = op.resolve(c)
-    if isinstance(op, Join) and pidx == 1 and c < op.left_width and c in op.left_key:
-        found = found + [(1, op.right_key[op.left_key.index(c)])]
-    return found
-
-
-def _key_from_known(st: State, node: Node | None, pidx: int, known: dict[int, Any]) -> Row | None:
-    fk = []
-    for c in st.partial_cols:
-        col: int | None = c
-        if node is not None and node.view is None:
-            srcs = [pc for p, pc in node.op.resolve(c) if p == pidx]  # type: ignore[union-attr]
-            col = srcs[0] if srcs else None
-        if col is None or col not in known:
-            return None
-        fk.append(known[col])
-    return tuple(fk)
+    """Keys a fill in flight relies on, and keys blocked on an index fill, are not evicted
+    for memory: evicting them would cancel that fill, and under pressure fills would never
+    complete."""
+    return st.is_blocked(fk) or any(d.is_pending(fk) for d in st.dependents)

@@ -6,6 +6,8 @@ every state changes at well-defined LSN boundaries. The ordering rules (DESIGN.m
 "Ordering"), and where they live:
 
 * an update that meets a **hole** is dropped there (``_apply_rows``, ``_process``);
+* a join update whose lookup misses an evict-on-miss index is held by an *index fill* of
+  that key, and the downstream keys it reaches wait for it (``_process``, ``gating.py``);
 * an update that meets a **pending** key with LSN > the fill's snapshot V is held by the
   fill (same places); when the reply lands, the fill's states are filled bottom-up with
   the reply and the held updates are replayed in LSN order (``FillCoordinator.finish``
@@ -75,6 +77,10 @@ class Executor:
         # republished (readers) when it ends. A dict, not a set: states hash by identity,
         # and the LRU order must not depend on memory addresses (reproducible runs).
         self._changed: dict[tuple[State, Row], None] = {}
+        # While an index fill's held updates replay: the keys it filled or unblocked, each
+        # with the LSN it is exact at; only updates after that LSN change it, and no other
+        # filled key (those were filled from snapshots that have the updates already).
+        self._scope: dict[tuple[State, Row], int] | None = None
         # Called on the executor thread as fn(event, fields), e.g. ("upquery", {"view",
         # "ms", "ok"}) when a fill finishes; for metrics. Keep them cheap.
         self.observers: list[Callable[[str, dict], None]] = []
@@ -268,11 +274,25 @@ class Executor:
             except Exception:  # a metrics hook must never break the executor
                 log.exception("observer failed")
 
-    def replay(self, held: list[Held]) -> None:
+    def evict(self, st: State, fk: Row) -> None:
+        self.evictor.evict(st, fk)
+
+    def replay(self, held: list[Held], before: Callable[[int], None] | None = None,
+               scope: dict[tuple[State, Row], int] | None = None) -> None:
         """Apply a fill's held updates (in LSN order) now that its keys are filled.
         Consecutive updates held by one node from one input are one batch again, as when
-        they first arrived."""
+        they first arrived. ``before(lsn)`` runs before each batch (gates, gating.py);
+        ``scope``: the only filled keys the updates may change (an index fill's)."""
+        self._scope = scope
+        try:
+            self._replay(held, before)
+        finally:
+            self._scope = None
+
+    def _replay(self, held: list[Held], before: Callable[[int], None] | None) -> None:
         for (lsn, kind, _, _), group in groupby(held, key=lambda h: h.batch_key()):
+            if before is not None:
+                before(lsn)
             items = list(group)
             if kind == "rows":
                 for h in items:
@@ -344,10 +364,12 @@ class Executor:
         st = node.own
         if st is not None:  # a grouped operator: only groups whose key is filled go in
             passed = []
+            scope = self._scope
             for d in deltas:
                 fk = st.fill_key_of_index(op.input_group(pidx, d[0]))  # type: ignore[attr-defined]
                 if st.is_filled(fk):
-                    passed.append(d)
+                    if scope is None or lsn > scope.get((st, fk), lsn):
+                        passed.append(d)
                 else:
                     fill = st.pending_fill(fk)
                     if fill is not None and lsn > fill.lsn:
@@ -368,19 +390,28 @@ class Executor:
             side = node.sides[m.side]
             fk = side.fill_key_of_index(m.key)
             fill = side.pending_fill(fk)
-            if fill is not None and side.mode != "miss" and lsn > fill.lsn:
-                # Trace mode: the downstream keys are pending in the same fill. Hold the
-                # computation until the missed side is filled, with the other sides' rows
-                # as they are now (the replay must not see their later updates, which reach
-                # the pending keys on their own). The delta's own side is updated now like
-                # any other: deltas from the other side meanwhile must see this one.
-                fill.hold(HeldJoin(lsn, fk, node, pidx, m.delta, _capture(node, m.side, m.key)))
+            if fill is None and side.mode == "miss" and lsn > self.applied_lsn:
+                # A live write missed an evict-on-miss index: fetch the key from the
+                # snapshot before this write (gating.py) rather than evict.
+                fill = self.fills.index_fill(side, fk)
+            if fill is not None and lsn > fill.lsn and (side.mode != "miss" or fill.index):
+                # Hold the computation until the missed side is filled, with the other
+                # sides' rows as they are now (the replay must not see their later updates,
+                # which reach the pending keys on their own). The delta's own side is
+                # updated now like any other: deltas from the other side meanwhile must
+                # see this one. In trace mode the downstream keys are pending in the same
+                # fill; an index fill gates them.
+                fill.hold(HeldJoin(lsn, fk, node, pidx, m.delta,
+                                   _capture(node, m.side, m.key), m.side))
+                if fill.index:
+                    self.fills.index.gate(fill, node, pidx, m.delta[0], lsn)
                 continue
             self.stats.count("join_misses")
-            # The update can't be computed: drop it and evict what it could affect; an
-            # evict-on-miss index then fills the key it missed.
+            # The update can't be computed (a replayed update, or index fills backing off
+            # after failures): drop it and evict what it could affect; an evict-on-miss
+            # index then fills the key it missed.
             self.evictor.evict_downstream(node, pidx, m.delta[0])
-            if side.mode == "miss":
+            if side.mode == "miss" and fill is None:
                 self.fills.want(side, fk, None)
         own_side = node.sides.get(pidx)
         if own_side is not None:
@@ -393,8 +424,9 @@ class Executor:
         fk = st.fill_key_of_row(row)
         bucket = st.bucket(fk)
         if bucket is not None:
-            st.apply_row(bucket, fk, row, sign)
-            self._changed[(st, fk)] = None
+            if self._scope is None or lsn > self._scope.get((st, fk), lsn):
+                st.apply_row(bucket, fk, row, sign)
+                self._changed[(st, fk)] = None
             return
         fill = st.pending_fill(fk)
         if fill is not None and lsn > fill.lsn:

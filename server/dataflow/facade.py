@@ -226,7 +226,7 @@ class Dataflow:
         ex = self.executor
         if min_lsn:
             ex.wait_for(min_lsn, deadline)
-        read = Read(ex, reader, checked).start()
+        read = Read(ex, reader, checked, floor=min_lsn or 0).start()
         while read.waiter is not None:
             if not ex.wait_event(read.waiter.event, max(0.0, deadline - time.monotonic())):
                 raise DeadlineExceeded(

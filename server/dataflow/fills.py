@@ -21,6 +21,7 @@ from typing import Protocol
 
 from partialflow.operators.base import Row
 from partialflow.server.dataflow.fill import Fill, Held, Waiter
+from partialflow.server.dataflow.gating import Gates, IndexFills
 from partialflow.server.dataflow.packets import FillDone, Packet
 from partialflow.server.dataflow.runner import FillResults, UpqueryRunner
 from partialflow.server.dataflow.state import State, StateAccess
@@ -44,7 +45,9 @@ class FillHost(Protocol):
 
     def submit(self, packet: Packet) -> None: ...
     def changed(self, st: State, fk: Row) -> None: ...
-    def replay(self, held: list[Held]) -> None: ...
+    def replay(self, held: list[Held], before: Callable[[int], None] | None = None,
+               scope: dict[tuple[State, Row], int] | None = None) -> None: ...
+    def evict(self, st: State, fk: Row) -> None: ...
     def wake_at(self, when: float) -> None: ...
     def observe(self, event: str, fields: dict) -> None: ...
 
@@ -63,6 +66,7 @@ class FillCoordinator:
         self.inflight: dict[int, list[Fill]] = {}  # requester sid -> its fills in flight
         # Every fill in flight, for deadlines (a dict: ordered by issue, not by address).
         self.active: dict[Fill, None] = {}
+        self.index = IndexFills(host, stats, clock)
 
     # -- misses ------------------------------------------------------------------------
     def want(self, st: State, fk: Row, waiter: Waiter | None) -> None:
@@ -74,7 +78,7 @@ class FillCoordinator:
             return
         if status == "pending":
             if waiter is not None:
-                st.pending_fill(fk).waiters.setdefault(fk, []).append(waiter)  # type: ignore[union-attr]
+                st.pending_fill(fk).waiters.setdefault((st, fk), []).append(waiter)  # type: ignore[union-attr]
             return
         now = self.clock()
         first, _ = self._miss_times.get(st.sid, (now, now))
@@ -91,6 +95,10 @@ class FillCoordinator:
         more jobs, they only slow each other down on a small machine). Misses that
         arrive while a fill is in flight gather the same way into a second concurrent
         fill; at most MAX_FILLS_PER_STATE run at once."""
+        for fill in self.index.take_new():
+            self.stats.count("index_fills")
+            self.stats.count("upqueries")
+            self._submit(fill)
         now = self.clock()
         wake = None
         for st in list(self.wanted):
@@ -105,6 +113,10 @@ class FillCoordinator:
                 wake = due if wake is None else min(wake, due)
         if wake is not None:
             self.host.wake_at(wake)
+
+    def index_fill(self, side: State, fk: Row) -> Fill | None:
+        """The index fill for hole ``fk`` of evict-on-miss ``side`` (see gating.py)."""
+        return self.index.fill_for(side, fk, self._closure)
 
     def _closure(self, st: State, fk: Row) -> list[State] | None:
         """``st`` and every hole below it at ``fk``; None while one below is pending."""
@@ -147,7 +159,7 @@ class FillCoordinator:
             if not pending:
                 self.answer(st, fk, wanted.pop(fk))
                 continue
-            fill.waiters[fk] = wanted.pop(fk)
+            fill.waiters[(st, fk)] = wanted.pop(fk)
             for x in pending:
                 fill.add(x, fk)
         if not wanted:
@@ -170,7 +182,7 @@ class FillCoordinator:
         """Load new full states with one fill at the current LSN (view creation)."""
         fill = Fill(requester=states[0], lsn=self.host.applied_lsn, started=self.clock())
         waiter = Waiter({()})
-        fill.waiters[()] = [waiter]
+        fill.waiters[(states[0], ())] = [waiter]
         for x in states:
             fill.add(x, ())
         fill.roots = list(states)
@@ -189,7 +201,8 @@ class FillCoordinator:
 
     # -- replies -----------------------------------------------------------------------
     def finish(self, fill: Fill, results: FillResults | None, error: BaseException | None) -> None:
-        """Apply the runner's reply: fill, replay what was held, answer the reads."""
+        """Apply the runner's reply: fill (and unblock), replay what was held, answer the
+        reads."""
         if fill.dead:
             return
         self._retire(fill)
@@ -199,12 +212,22 @@ class FillCoordinator:
             "upquery", {"view": fill.requester.node.view, "ms": ms, "ok": error is None}
         )
         if error is not None:
-            self._fail(fill, error)
+            if fill.index:
+                self.index.failed(fill)
+                self._abandon(fill, error)
+            else:
+                self._fail(fill, error)
             return
         assert results is not None
+        if fill.index:
+            self.index.succeeded(fill)
+        # Keys made readable, each with the LSN after which this fill's held updates
+        # reach it (an index fill's replay changes no other filled key).
+        ready: dict[tuple[State, Row], int] = {}
         for x in sorted(fill.keys, key=lambda s: s.node.nid):
             keys = [
-                k for k in fill.keys[x] if k not in fill.cancelled and x.pending_fill(k) is fill
+                k for k in fill.keys[x]
+                if (x.sid, k) not in fill.cancelled and x.pending_fill(k) is fill
             ]
             if x.source is None:
                 self._load(x, keys, results[x.sid])
@@ -213,10 +236,18 @@ class FillCoordinator:
             for k in keys:
                 x.clear_pending(k, fill)
                 self.host.changed(x, k)
-        # Replay what was held in the order it happened.
-        self.host.replay(fill.held_in_order())
-        st = fill.requester
-        for fk, ws in fill.waiters.items():
+                ready[(x, k)] = fill.lsn
+        for (st, fk), since in fill.gated.items():  # blocked keys get their rows back
+            if st.unblock(fk, fill):
+                self.host.changed(st, fk)
+                ready[(st, fk)] = since
+        # Replay what was held in the order it happened. Keys that index fills gated
+        # meanwhile are blocked on them at the LSN they were gated at: held updates up to
+        # that LSN apply first, later ones reach the blocked key and are held again.
+        gates = Gates(fill, ready, self.host)
+        self.host.replay(fill.held_in_order(), gates.before, ready if fill.index else None)
+        gates.before(None)
+        for (st, fk), ws in fill.waiters.items():
             if st.is_filled(fk):
                 self.answer(st, fk, ws)
             else:
@@ -243,23 +274,51 @@ class FillCoordinator:
         for x, keys in fill.keys.items():
             for k in keys:
                 x.clear_pending(k, fill)
-        err = error if isinstance(error, (DeadlineExceeded, Unavailable)) else Unavailable(
-            f"upquery failed: {str(error).splitlines()[0] if str(error) else type(error).__name__}")
+        err = _read_error(error)
         for ws in fill.waiters.values():
             for w in ws:
                 w.fail(err)
         self.stats.count("upquery_failures")
 
+    def _abandon(self, fill: Fill, error: BaseException | None) -> None:
+        """An index fill that will not land (``fill`` is retired): the deltas it holds are
+        lost, so every key they would reach becomes a hole (evicted, with the states
+        above); its reads fail with ``error``, or, without one, are asked again."""
+        for x, keys in fill.keys.items():
+            for k in keys:
+                x.clear_pending(k, fill)
+        for st, fk in list(fill.gated):
+            self.host.evict(st, fk)
+        for (st, fk), ws in fill.waiters.items():
+            for w in ws:
+                if error is not None:
+                    w.fail(_read_error(error))
+                else:
+                    self.want(st, fk, w)
+        self.stats.count("index_fills_abandoned")
+
     # -- giving up on keys or fills ----------------------------------------------------
-    def cancel(self, fill: Fill, fk: Row) -> None:
-        """``fk`` was evicted while ``fill`` was filling it: the reply is discarded for
-        that key everywhere and its reads wanted again."""
-        fill.cancelled.add(fk)
+    def cancel(self, fill: Fill, st: State, fk: Row) -> None:
+        """``fk`` of ``st`` was evicted while pending on ``fill``. A read's fill discards
+        its reply for that key everywhere and asks for its reads again; an index fill is
+        abandoned (its held deltas may reach the key)."""
+        if fill.dead:  # being abandoned: only the key is left to clear
+            st.clear_pending(fk, fill)
+            return
+        if fill.index:
+            self._retire(fill)
+            self.runner.cancel(fill)
+            st.clear_pending(fk, fill)
+            self._abandon(fill, None)
+            return
         for x, keys in fill.keys.items():
             if fk in keys:
+                fill.cancelled.add((x.sid, fk))
                 x.clear_pending(fk, fill)
-        for w in fill.waiters.pop(fk, []):
-            self.want(fill.requester, fk, w)
+        st.clear_pending(fk, fill)  # a key pending on the fill outside its own keys
+        for key in [key for key in fill.waiters if key[1] == fk]:
+            for w in fill.waiters.pop(key):
+                self.want(key[0], fk, w)
         self.stats.count("fills_cancelled")
 
     def expire(self) -> None:
@@ -275,6 +334,8 @@ class FillCoordinator:
                         "ok": False,
                     },
                 )
+                if fill.index:
+                    self.index.failed(fill)
                 self.abort(
                     fill,
                     DeadlineExceeded(
@@ -289,7 +350,10 @@ class FillCoordinator:
             return
         self._retire(fill)
         self.runner.cancel(fill)
-        self._fail(fill, error)
+        if fill.index:
+            self._abandon(fill, error)
+        else:
+            self._fail(fill, error)
 
     def forget(self, st: State) -> None:
         """A dropped state. A fill of it may also fill shared states below it: abort it
@@ -340,3 +404,11 @@ class FillCoordinator:
                 # A global aggregate always has its one group, even over no rows.
                 entry = op.initial_entry()  # type: ignore[union-attr]
                 st.set_entry(k, (), entry, op.entry_size(entry))  # type: ignore[union-attr]
+
+
+def _read_error(error: BaseException) -> Exception:
+    """What a read waiting on a failed upquery is told."""
+    if isinstance(error, (DeadlineExceeded, Unavailable)):
+        return error
+    first = str(error).splitlines()[0] if str(error) else type(error).__name__
+    return Unavailable(f"upquery failed: {first}")

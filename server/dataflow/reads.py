@@ -2,10 +2,12 @@
 
 A lookup of filled keys is answered from what the executor published (no lock, no
 queueing behind writes). Keys that miss are handed to the executor (a ``Miss`` packet)
-and the read waits for their fills; then every key is read again under the lock, so a
-batch is answered at one LSN — never an old answer of one key next to a newer one of
-another. ``Read`` is that protocol as an object with explicit steps, so the blocking
-facade (``Dataflow.lookup``) and the stepped tests drive the same code.
+and the read waits for their fills; then every key that is filled is read again under the
+lock, so a batch is answered at one LSN. The exception: a key kept blocked by a stream of
+index fills (gating.py) keeps the answer delivered at the LSN it was last exact at, never
+below the read's floor (``min_lsn``) — waiting for it to be exact at the newest LSN could
+take forever under a stream. ``Read`` is that protocol as an object with explicit steps,
+so the blocking facade (``Dataflow.lookup``) and the stepped tests drive the same code.
 """
 
 from __future__ import annotations
@@ -116,10 +118,12 @@ class Read:
     ``resume()`` (once ``waiter.event`` is set) takes the filled keys and re-reads every
     key at one LSN, asking again for keys evicted meanwhile. ``done`` then ``answer()``."""
 
-    def __init__(self, executor: Executor, reader: Reader, keys: list[Row]) -> None:
+    def __init__(self, executor: Executor, reader: Reader, keys: list[Row],
+                 floor: int = 0) -> None:
         self.ex = executor
         self.reader = reader
         self.keys = keys
+        self.floor = floor
         self.results: dict[Row, Answer] = {}
         self.waiter: Waiter | None = None
         self.attempts = 0
@@ -166,7 +170,7 @@ class Read:
             self.waiter = None
             return
         self.attempts += 1
-        self.waiter = Waiter(set(misses))
+        self.waiter = Waiter(set(misses), self.floor)
         self.ex.submit(Miss(self.reader.state, misses, self.waiter))
 
     def resume(self) -> None:
@@ -187,6 +191,8 @@ class Read:
                     self.results[k] = (st.bucket_rows(k), lsn)
                 elif any(v is None for v in k):
                     self.results[k] = ([], lsn)
+                elif st.is_blocked(k) and self.results[k][1] >= self.floor:
+                    pass  # gated again: its answer stays exact at the LSN it was given
                 else:
                     misses.append(k)  # evicted meanwhile: ask again
         self._ask(misses)

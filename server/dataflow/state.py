@@ -67,6 +67,9 @@ class State:
     _buckets: dict[Row, Bucket] = field(default_factory=dict, repr=False)
     _sizes: dict[Row, int] = field(default_factory=dict, repr=False)
     _pending: dict[Row, Fill] = field(default_factory=dict, repr=False)
+    # Filled keys blocked on an index fill (fill.py): their buckets, kept aside while the
+    # key is pending on that fill.
+    _blocked: dict[Row, Bucket] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         # Where the fill key sits inside an index key (partial ⊆ index columns).
@@ -131,18 +134,43 @@ class State:
         self._pending[fk] = fill
 
     def clear_pending(self, fk: Row, fill: Fill) -> bool:
-        """``fk`` is no longer pending on ``fill`` (if it still was); True if it was."""
+        """``fk`` is no longer pending on ``fill`` (if it still was); True if it was. It
+        is a hole then (a blocked key's rows are dropped: use ``unblock`` to keep them)."""
         if self._pending.get(fk) is fill:
             del self._pending[fk]
+            if self._blocked.pop(fk, None) is not None:
+                self._sizes.pop(fk, None)
             return True
         return False
 
     def forget_pending(self) -> None:
+        for fk in self._blocked:
+            self._sizes.pop(fk, None)
+        self._blocked.clear()
         self._pending.clear()
 
+    def block(self, fk: Row, fill: Fill) -> None:
+        """Keep filled ``fk``'s rows aside, pending on index fill ``fill``: readers wait
+        and updates are held by the fill until ``unblock``."""
+        self._blocked[fk] = self._buckets.pop(fk)
+        self._pending[fk] = fill
+
+    def unblock(self, fk: Row, fill: Fill) -> bool:
+        """``fill`` landed: blocked ``fk`` is filled with its rows again; False if it was
+        not blocked on ``fill`` (evicted meanwhile)."""
+        if self._pending.get(fk) is not fill or fk not in self._blocked:
+            return False
+        del self._pending[fk]
+        self._buckets[fk] = self._blocked.pop(fk)
+        return True
+
+    def is_blocked(self, fk: Row) -> bool:
+        return fk in self._blocked
+
     def mark_hole(self, fk: Row) -> int:
-        """Turn a filled key back into a hole; returns the bytes released."""
+        """Turn a filled (or blocked) key back into a hole; returns the bytes released."""
         self._buckets.pop(fk, None)
+        self._blocked.pop(fk, None)
         return self._sizes.pop(fk, 0)
 
     # -- rows states -----------------------------------------------------------------

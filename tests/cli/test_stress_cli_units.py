@@ -83,14 +83,31 @@ def test_report_judges_errors_by_kind_and_fault_window():
     j.calls.append((3.0, "lookup", 1))
     j.failures += [
         Failure("read", "Unavailable", "upquery failed", 3.0, 3.1, "maxlen"),  # in the window
-        Failure("read", "DeadlineExceeded", "slow", 20.0, 21.0, "maxlen"),  # long after it
+        Failure("read", "DeadlineExceeded", "slow", 6.0, 7.0, "maxlen"),  # settling after it
     ]
     s = summarize(j, Verdict(checked=1), _info())
-    assert s["passed"] and s["errors"]["clean_in_fault_windows"] == {"Unavailable": 1}
-    assert s["errors"]["clean_without_fault"] == {"DeadlineExceeded": 1}
+    assert s["passed"]
+    assert s["errors"]["clean_in_fault_windows"] == {"Unavailable": 1, "DeadlineExceeded": 1}
+    # A read that failed with no fault active (it timed out) fails the run: liveness.
+    j.failures.append(Failure("read", "DeadlineExceeded", "slow", 20.0, 21.0, "maxlen"))
+    s = summarize(j, Verdict(checked=1), _info())
+    assert not s["passed"] and s["errors"]["clean_without_fault"] == {"DeadlineExceeded": 1}
+    j.failures.pop()
     j.failures.append(Failure("write", "Unavailable", "down", 5.0, 5.1, "insert visit"))
     s = summarize(j, Verdict(checked=1), _info())
     assert not s["passed"] and len(s["errors"]["unclean"]) == 1  # writes never touch Spark
+
+
+def test_report_fails_a_read_slower_than_the_bound_with_no_fault_active():
+    j = Journal()
+    j.windows.append(FaultWindow("slow:30", 2.0, 4.0))
+    j.reads.append(Read("maxlen", ("c1",), 7, [("c1", 3)], 3.0, 25_000.0, "lookup", 0))
+    s = summarize(j, Verdict(checked=1), _info(read_bound=20.0))
+    assert s["passed"]  # slow because of the fault: expected
+    j.reads.append(Read("maxlen", ("c2",), 9, [("c2", 3)], 40.0, 21_000.0, "lookup", 0))
+    s = summarize(j, Verdict(checked=2), _info(read_bound=20.0))
+    assert not s["passed"] and s["latency_ms"]["over_bound_count"] == 1
+    assert "reads over 20 s with no fault active (a failure): 1" in render(s)
 
 
 def test_report_shows_a_mismatch_in_full_and_fails():

@@ -8,6 +8,7 @@ writes, reads, replies and evictions is one the test chose and can replay.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import Counter
 from typing import Any
@@ -48,6 +49,16 @@ class Harness:
         self.ex = self.df.executor
         self.views: dict[str, str] = {}
         self._oracle: SqliteOracle | None = None
+        # The executor logs and survives a packet that raises (a server must not die of
+        # one); here any such exception is a bug the test must see.
+        self.errors: list[str] = []
+        handler = _Collect(self.errors)
+        logging.getLogger("partialflow.executor").addHandler(handler)
+        self._handler = handler
+
+    def close(self) -> None:
+        logging.getLogger("partialflow.executor").removeHandler(self._handler)
+        self.df.close()
 
     # -- setting up ----------------------------------------------------------------------
     def table(self, name: str, columns: list[tuple[str, str]], rows: list[Row] = ()) -> None:
@@ -162,8 +173,9 @@ class Harness:
         return problems
 
     def check_quiet(self) -> list[str]:
-        """After settle(): nothing pending, wanted or in flight anywhere."""
-        problems = []
+        """After settle(): nothing pending, wanted or in flight anywhere, and no packet
+        raised."""
+        problems = list(self.errors)
         for st in self.ex.evictor.states.values():
             if st.pending_keys():
                 problems.append(f"{st.label}: keys {st.pending_keys()} still pending")
@@ -172,6 +184,15 @@ class Harness:
         if self.ex.fills.active:
             problems.append(f"fills still in flight: {self.ex.fills.active}")
         return problems
+
+
+class _Collect(logging.Handler):
+    def __init__(self, into: list[str]) -> None:
+        super().__init__(logging.ERROR)
+        self.into = into
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.into.append(f"executor error: {record.getMessage()}: {record.exc_info!r}")
 
 
 def _state_content(

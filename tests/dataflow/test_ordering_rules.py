@@ -281,3 +281,108 @@ def test_candidates_running_out_while_held_updates_replay_refill_the_key() -> No
     _assert_exact(h, "v", [(0,)], read.answer())
     assert read.answer()[0][0] == [(0, 2, 5)]
     _finish_all(h)
+
+
+# -- join misses on evict-on-miss indexes: index fills and gates (gating.py) -----------------
+MAXLEN = ("SELECT category, MAX(length) AS m FROM info JOIN visit ON info.product = "
+          "visit.product WHERE category = ? GROUP BY category")
+
+
+def _visits() -> Harness:
+    h = Harness(upquery_timeout=TIMEOUT)
+    h.table("info", [("product", "TEXT"), ("category", "TEXT")],
+            [(f"p{i}", f"c{i % 2}") for i in range(6)])
+    h.table("visit", [("product", "TEXT"), ("user", "TEXT"), ("length", "BIGINT")],
+            [(f"p{i}", "u", 10 * i) for i in range(6)])
+    h.view("m", MAXLEN)
+    return h
+
+
+def _move(h: Harness, product: str, old: str, new: str) -> None:
+    h.model.write("info", inserts=[(product, new)], deletes=[(product, old)])
+    h.run()
+
+
+def test_a_join_miss_waits_for_an_index_fill_instead_of_cancelling_a_fill_in_flight() -> None:
+    """The starvation bug: a product moving category missed the evict-on-miss visit index,
+    which evicted both categories and cancelled the read's fill; under a stream of such
+    updates the read never completed. Now the fill lands; the read waits for one small
+    index fill and is exact."""
+    h = _visits()
+    read = h.begin("m", [("c0",)])
+    _issue(h)  # the read's fill is in flight
+    before = h.ex.applied_lsn
+    _move(h, "p0", "c0", "c1")  # misses the visit index at p0 (a hole)
+    assert h.ex.stats.counters.get("fills_cancelled", 0) == 0
+    assert h.ex.stats.counters["index_fills"] == 1
+    _move(h, "p2", "c0", "c1")  # and again, while both fills are in flight
+    h.runner.deliver(0)  # the read's fill lands first: its key is gated on the index fill
+    h.run()
+    # Answered at once, exact at the LSN before the first miss; then blocked.
+    assert read.waiter.event.is_set()  # type: ignore[union-attr]
+    read.resume()
+    assert read.answer()[0][1] == before
+    _assert_exact(h, "m", [("c0",)], read.answer())
+    assert h.df._reader("m").state.is_blocked(("c0",))
+    late = h.begin("m", [("c0",)])  # a read starting now waits for the index fills
+    h.run()
+    assert not late.waiter.event.is_set()  # type: ignore[union-attr]
+    h.runner.deliver_all()
+    h.run()
+    assert late.waiter.event.is_set()  # type: ignore[union-attr]
+    late.resume()
+    assert late.answer()[0][1] == h.ex.applied_lsn
+    _assert_exact(h, "m", [("c0",)], late.answer())
+    assert h.ex.stats.counters.get("fills_cancelled", 0) == 0
+    assert h.ex.stats.counters.get("evictions", 0) == 0
+    _assert_exact(h, "m", [("c0",), ("c1",)], h.lookup("m", [("c0",), ("c1",)]))
+    _finish_all(h)
+
+
+def test_a_key_gated_again_and_again_answers_its_reads_after_one_fill() -> None:
+    """A stream of misses keeps a key gated: each fill that lands leaves it blocked on the
+    next. A read waiting on it is answered at the LSN the key was last exact at (never
+    below the read's floor) instead of waiting for a fill that never comes last."""
+    h = _visits()
+    _assert_exact(h, "m", [("c0",)], h.lookup("m", [("c0",)]))
+    _move(h, "p0", "c0", "c1")  # key c0 blocked on index fill 1
+    read = h.begin("m", [("c0",)])
+    h.run()
+    _move(h, "p2", "c0", "c1")  # and gated on index fill 2 (while fill 1 is in flight)
+    gated_at = h.ex.applied_lsn - 1
+    assert len(h.runner.pending) == 2
+    h.runner.deliver(0)  # fill 1 lands: c0 is exact at fill 2's LSN, then blocked again
+    h.run()
+    assert read.waiter.event.is_set()  # type: ignore[union-attr]
+    read.resume()
+    (rows, lsn), = read.answer()
+    assert lsn == gated_at < h.ex.applied_lsn
+    _assert_exact(h, "m", [("c0",)], [(rows, lsn)])
+    assert h.df._reader("m").state.is_blocked(("c0",))
+    _finish_all(h)
+    _assert_exact(h, "m", [("c0",)], h.lookup("m", [("c0",)]))
+
+
+def test_a_failed_index_fill_evicts_what_it_gated_and_backs_off() -> None:
+    h = _visits()
+    _assert_exact(h, "m", [("c0",), ("c1",)], h.lookup("m", [("c0",), ("c1",)]))
+    _move(h, "p0", "c0", "c1")
+    read = h.begin("m", [("c1",)])
+    h.run()
+    h.runner.fail(0)  # the index fill fails: both categories become holes
+    h.run()
+    assert read.waiter.event.is_set()  # type: ignore[union-attr]
+    with pytest.raises(Unavailable):
+        read.resume()
+    reader = h.df._reader("m").state
+    assert reader.lookup(("c0",)) == reader.lookup(("c1",)) == "hole"
+    # Backing off: the next miss on that index evicts instead of fetching...
+    _move(h, "p2", "c0", "c1")
+    assert h.ex.stats.counters["index_fills"] == 1
+    _assert_exact(h, "m", [("c0",), ("c1",)], h.lookup("m", [("c0",), ("c1",)]))
+    # ...until the back-off has passed.
+    h.clock.advance(60)
+    _move(h, "p4", "c0", "c1")
+    assert h.ex.stats.counters["index_fills"] == 2
+    _finish_all(h)
+    _assert_exact(h, "m", [("c0",), ("c1",)], h.lookup("m", [("c0",), ("c1",)]))

@@ -246,6 +246,7 @@ class Ordering(RuleBasedStateMachine):
         if hasattr(self, "h"):
             bad = [s.label for s in self.h.ex.evictor.states.values() if s.anomalies]
             assert not bad, f"rows retracted that were never there in {bad}"
+            assert not self.h.errors, self.h.errors
 
     def teardown(self) -> None:
         if not hasattr(self, "h"):
@@ -270,7 +271,7 @@ class Ordering(RuleBasedStateMachine):
             problems = h.check_quiet() + h.check_states()
             assert not problems, "\n".join(problems)
         finally:
-            h.df.close()
+            h.close()
 
 
 def _machine(name: str) -> type[Ordering]:
@@ -316,4 +317,4 @@ def test_every_scenario_settles_exactly(name: str, data: st.DataObject) -> None:
         problems = h.check_quiet() + h.check_states()
         assert not problems, "\n".join(problems)
     finally:
-        h.df.close()
+        h.close()
