@@ -199,6 +199,9 @@ def stream_rows(st: dict | None) -> list[tuple[str, str, str, str]]:
                 f"{v['reads_per_s']:,.1f} reads/s, p50 {_ms(lat)}, p99 {_ms(lat, 'p99')}, "
                 f"max {_ms(lat, 'max')}; {errs}",
                 f"{vis_s}; writes acknowledged {w['acked_rows_per_s']:,.0f} rows/s"
+                + ("" if w.get("kept_up", True) else
+                   f" (server did not keep up: ack p50 {_ms(w['ack_from_schedule_ms'])} after "
+                   "the scheduled send)")
                 + (f", {w['errors']} write errors" if w["errors"] else ""),
                 _met(ok)))
     for name, chk in st.get("checks", {}).items():

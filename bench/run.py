@@ -61,7 +61,7 @@ FULL = {
     # stream_deadline seconds; Nexmark also at half of its write peak (the nexmark
     # section's, else measured for stream_peak_seconds)
     "stream_rates": [20, 200, 2000], "stream_seconds": 30.0, "stream_readers": 4,
-    "stream_deadline": 30.0, "stream_writes_per_s": 50, "stream_move_fraction": 0.1,
+    "stream_deadline": 30.0, "stream_writes_per_s": 20, "stream_move_fraction": 0.1,
     "stream_peak_seconds": 6.0, "stream_drain_cap": 120.0, "stream_checks_per_view": 2,
 }
 QUICK = {

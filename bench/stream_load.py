@@ -3,11 +3,12 @@ worker processes (common.LoadPool) like bench/loadgen.py.
 
 ``run(spec)`` does one of (``spec["kind"]``):
 
-- ``writer``: an open-loop, rate-controlled writer. A scheduler thread sends one write
-  every ``1 / writes_per_s`` seconds (the rows of ``rate`` rows/s spread over them) on a
-  fixed timetable, handing each to a pool of sender threads, so a slow server never slows
-  the timetable down. Latency of a write is measured from its *scheduled* instant to its
-  acknowledgement (no coordinated omission); ``lag`` is how late a send started (only
+- ``writer``: an open-loop, rate-controlled writer. A scheduler thread emits a tick every
+  ``1 / writes_per_s`` seconds on a fixed timetable (the rows of ``rate`` rows/s spread
+  over the ticks; a tick's rows go out as one write per table, one after another) and
+  hands each tick to a pool of sender threads, so a slow server never slows the timetable
+  down. Latency of a tick is measured from its *scheduled* instant to its last
+  acknowledgement (no coordinated omission); ``lag`` is how late its send started (only
   non-zero when every sender thread was busy, or the scheduler itself ran late). The
   stream goes on past ``seconds`` until the harness creates ``stop_file`` (when every
   reader and probe has finished its last call), so reads in flight at the end still see
@@ -134,7 +135,7 @@ class _Nexmark:
 
 def _writer(spec: dict) -> dict:
     rate = float(spec["rate"])
-    ticks_per_s = min(float(spec.get("writes_per_s", 50)), rate)
+    ticks_per_s = min(float(spec.get("writes_per_s", 20)), rate)
     interval = 1.0 / ticks_per_s
     seconds = spec["seconds"]
     rng = random.Random(spec["seed"])
