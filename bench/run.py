@@ -4,6 +4,7 @@
     python bench/run.py            # the full run (about 30 minutes on 2 busy cores)
     python bench/run.py --quick    # smaller data, shorter runs (about 10 minutes on 2 busy cores)
     python bench/run.py --only reads,memory   # some sections (see --help)
+    python bench/run.py --quick --only stream # reads under a stream alone (about 5 minutes)
 
 Starts a server in this process on a local Spark session (load comes from separate
 worker processes), builds three data sets under a temporary directory and measures every

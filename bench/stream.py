@@ -180,16 +180,19 @@ def check_answers(srv: InProcServer, answers: list[dict]) -> dict:
 
 
 def pick_answers(answers: list[dict], per_view: int) -> list[dict]:
-    """Up to ``per_view`` answers of each view, of distinct keys where possible."""
+    """Up to ``per_view`` answers of each view, from different write rates first (the
+    highest first), then of distinct keys."""
     out: list[dict] = []
     for view in dict.fromkeys(a["view"] for a in answers):
-        mine = [a for a in answers if a["view"] == view]
-        seen: set = set()
-        for a in mine:
-            k = repr(a["key"])
-            if k not in seen and len([x for x in out if x["view"] == view]) < per_view:
-                seen.add(k)
-                out.append(a)
+        mine = sorted((a for a in answers if a["view"] == view), key=lambda a: -a["rate"])
+        picked: list[dict] = []
+        for distinct in (lambda a, x: a["rate"] != x["rate"],
+                         lambda a, x: repr(a["key"]) != repr(x["key"]) or a["lsn"] != x["lsn"]):
+            for a in mine:
+                if len(picked) < per_view and a not in picked and all(
+                        distinct(a, x) for x in picked):
+                    picked.append(a)
+        out.extend(picked)
     return out
 
 
