@@ -253,11 +253,90 @@ def zipf_latency(res: dict, out: Path, stamp: str) -> Path | None:
     return p
 
 
+def stream_latency(res: dict, out: Path, stamp: str) -> Path | None:
+    """Read latency (p50 solid, p99 dashed, max dotted) and write-to-visible against the
+    write rate, one colour per view; failed reads are written next to their point, probes
+    that all failed are drawn as crosses on the deadline."""
+    st = res["sections"].get("stream")
+    if not st or not st.get("phases"):
+        return None
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 5.6))
+    views = list(dict.fromkeys(v for ph in st["phases"] for v in ph["views"]))
+    colours = {v: f"C{i}" for i, v in enumerate(views)}
+    deadline_ms = st["read_deadline_s"] * 1000
+    ax = axes[0]
+    for i, view in enumerate(views):
+        phs = sorted((ph for ph in st["phases"] if view in ph["views"]), key=lambda p: p["rate"])
+        xs = [ph["rate"] for ph in phs]
+        lats = [ph["views"][view]["latency_ms"] for ph in phs]
+        for key, style, label in (("p50", "o-", "p50"), ("p99", "s--", "p99"),
+                                  ("max", ":", "max")):
+            pts = [(x, lat[key]) for x, lat in zip(xs, lats, strict=True) if key in lat]
+            if pts:
+                ax.plot([a for a, _ in pts], [b for _, b in pts], style, color=colours[view],
+                        label=f"{view} {label}", lw=1 if key == "max" else 1.5)
+        for ph in phs:
+            v = ph["views"][view]
+            if v["errors"] and "p99" in v["latency_ms"]:
+                ax.annotate(f"{v['errors']} failed", (ph["rate"], v["latency_ms"]["p99"]),
+                            fontsize=7, color=colours[view], textcoords="offset points",
+                            xytext=(-20, -12 - 9 * i))
+    for ph in st["phases"]:
+        if ph.get("label"):
+            ax.axvline(ph["rate"], color="gray", ls=":", lw=0.8)
+            ax.annotate(ph["label"], (ph["rate"], 0.02), xycoords=("data", "axes fraction"),
+                        fontsize=7, rotation=90, color="gray")
+    ax.axhline(1000, color="red", ls="--", lw=0.8, label="goal at 200 rows/s: p99 1 s")
+    ax.axhline(2000, color="darkred", ls=":", lw=0.8, label="avg_winning at half peak: 2 s")
+    ax.axhline(deadline_ms, color="black", lw=0.6, label="read deadline")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("write rate (rows/s, open loop)")
+    ax.set_ylabel("read latency (ms, log; failed reads count)")
+    ax.set_title(f"reads by key, {st['readers_per_view']} clients per view")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=6, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.16))
+    ax = axes[1]
+    for i, view in enumerate(views):
+        phs = sorted((ph for ph in st["phases"] if view in ph.get("write_to_visible", {})),
+                     key=lambda p: p["rate"])
+        for key, style in (("p50", "o-"), ("p99", "s--")):
+            pts = [(ph["rate"], ph["write_to_visible"][view]["ms"][key]) for ph in phs
+                   if key in ph["write_to_visible"][view]["ms"]]
+            if pts:
+                ax.plot([a for a, _ in pts], [b for _, b in pts], style, color=colours[view],
+                        label=f"{view} {key}")
+        for ph in phs:
+            w = ph["write_to_visible"][view]
+            if not w["failed"]:
+                continue
+            y = w["ms"].get("p99")
+            if y is None:  # every probe failed
+                y = deadline_ms
+                ax.plot([ph["rate"]], [y], "x", color=colours[view], markersize=9)
+            ax.annotate(f"{w['failed']} failed", (ph["rate"], y), fontsize=7,
+                        color=colours[view], textcoords="offset points",
+                        xytext=(-20, -12 - 9 * i))
+    ax.axhline(deadline_ms, color="black", lw=0.6, label="read deadline")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("write rate (rows/s, open loop)")
+    ax.set_ylabel("write sent to visible (ms, log)")
+    ax.set_title("write-to-visible (probe: lookup with min_lsn)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=6, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.16))
+    p = out / "latency_stream.png"
+    _finish(fig, p, f"Reads under a stream ({stamp})")
+    return p
+
+
 def draw_all(res: dict, out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     stamp = f"{res['meta']['date']}{', quick' if res['config'].get('quick') else ''}"
     made = []
-    for fn in (hit_latency, miss_latency, write_latency, hit_rate, throughput, zipf_latency):
+    for fn in (hit_latency, miss_latency, write_latency, hit_rate, throughput, zipf_latency,
+               stream_latency):
         try:
             p = fn(res, out, stamp)
         except Exception as e:  # a missing section must not lose the other plots

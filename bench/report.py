@@ -111,6 +111,7 @@ def rows(res: dict) -> list[tuple[str, str, str, str]]:
             out.append((f"{label}: view answers = Spark SQL at their LSN after the run",
                         f"{chk['checked'] - len(chk['wrong'])} of {chk['checked']} keys right",
                         "Client.query(as_of=lsn)", _met(not chk["wrong"])))
+    out.extend(stream_rows(s.get("stream")))
     mem = s.get("memory")
     if mem:
         full = mem.get("full", {})
@@ -162,6 +163,52 @@ def rows(res: dict) -> list[tuple[str, str, str, str]]:
             f"not reached in {rs['timeline'][-1][0] if rs['timeline'] else '?'} s "
             f"(last window {rs['timeline'][-1][1] if rs['timeline'] else '?'})",
             f"pre-restart hit rate {rs.get('pre_restart_hit_rate')}", "no goal"))
+    return out
+
+
+def stream_rows(st: dict | None) -> list[tuple[str, str, str, str]]:
+    """Reads under a stream: one row per view and write rate; the goals that apply to it
+    (no failed reads everywhere, p99 <= 1 s at 200 rows/s, avg_winning p99 <= 2 s at half
+    of peak) decide the met column."""
+    if not st:
+        return []
+    out = []
+    for ph in st.get("phases", []):
+        w = ph["writer"]
+        rate = f"{ph['rate']:,.0f} rows/s" + (f" ({ph['label']})" if ph.get("label") else "")
+        for view, v in ph["views"].items():
+            lat = v["latency_ms"]
+            goal = ["no failed reads"]
+            ok = v["errors"] == 0
+            if ph["rate"] == 200 and not ph.get("label"):
+                goal.append("p99 <= 1 s")
+                ok = ok and lat.get("p99") is not None and lat["p99"] <= 1000
+            if ph.get("label") == "half of peak" and view == "avg_winning":
+                goal.append("p99 <= 2 s")
+                ok = ok and lat.get("p99") is not None and lat["p99"] <= 2000
+            errs = f"{v['errors']} failed"
+            if v["errors"] and v.get("error_samples"):
+                errs += f" ({v['error_samples'][0].split(':')[0]})"
+            vis = ph.get("write_to_visible", {}).get(view)
+            vis_s = (f"write-to-visible p50 {_ms(vis['ms'])}, p99 {_ms(vis['ms'], 'p99')}"
+                     + (f", {vis['failed']} probes failed" if vis["failed"] else "")
+                     if vis else "write-to-visible not probed in this view")
+            out.append((
+                f"Reads under a stream: {view}, {rate}, {v['readers']} readers ("
+                + ", ".join(goal) + ")",
+                f"{v['reads_per_s']:,.1f} reads/s, p50 {_ms(lat)}, p99 {_ms(lat, 'p99')}, "
+                f"max {_ms(lat, 'max')}; {errs}",
+                f"{vis_s}; writes acknowledged {w['acked_rows_per_s']:,.0f} rows/s"
+                + ("" if w.get("kept_up", True) else
+                   f" (server did not keep up: ack p50 {_ms(w['ack_from_schedule_ms'])} after "
+                   "the scheduled send)")
+                + (f", {w['errors']} write errors" if w["errors"] else ""),
+                _met(ok)))
+    for name, chk in st.get("checks", {}).items():
+        out.append((f"Reads under a stream ({name.replace('_', ' ')}): view answers = Spark "
+                    "SQL at their LSN",
+                    f"{chk['checked'] - len(chk['wrong'])} of {chk['checked']} answers right",
+                    "Client.query(as_of=lsn)", _met(not chk["wrong"])))
     return out
 
 

@@ -4,6 +4,7 @@
     python bench/run.py            # the full run (about 30 minutes on 2 busy cores)
     python bench/run.py --quick    # smaller data, shorter runs (about 10 minutes on 2 busy cores)
     python bench/run.py --only reads,memory   # some sections (see --help)
+    python bench/run.py --quick --only stream # reads under a stream alone (about 5 minutes)
 
 Starts a server in this process on a local Spark session (load comes from separate
 worker processes), builds three data sets under a temporary directory and measures every
@@ -15,7 +16,10 @@ figure of issue 5, each against a baseline run in the same process on the same d
 - memory: Zipf reads under memory limits of 1/5/20% of the full view vs full
   materialization, vs recomputing on Spark per request, and a restart;
 - writes: durable rows/s through the visits view and Nexmark Q4 vs tables no view reads,
-  write-to-visible latency at half of peak load, Nexmark Q4 with concurrent readers.
+  write-to-visible latency at half of peak load, Nexmark Q4 with concurrent readers;
+- stream: the visits view and Nexmark Q4 read by key by 4 clients per view while an
+  open-loop writer streams 20, 200 and 2000 rows/s (and half of Nexmark's write peak):
+  reads/s, read latency, failed reads, write-to-visible (issue 12, part 4).
 
 Writes ``results-<date>.json`` (every figure) and PNG plots to ``--out``
 (default ``bench/results/``, which git ignores), and prints a goal summary.
@@ -36,7 +40,7 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
-SECTIONS = ["reads", "memory", "restart", "writes", "nexmark"]
+SECTIONS = ["reads", "memory", "restart", "writes", "nexmark", "stream"]
 
 FULL = {
     "quick": False,
@@ -53,6 +57,13 @@ FULL = {
     "restart_cap": 150.0,
     "write_batches": [1, 10, 100, 1000], "write_procs": 2, "write_threads": 2,
     "write_seconds": 6.0, "half_peak_batch": 100, "half_peak_seconds": 20.0,
+    # reads under a stream: open-loop writes at each rate (rows/s) in writes of
+    # rate / writes_per_s rows, readers_per_view clients per view, every read bounded by
+    # stream_deadline seconds; Nexmark also at half of its write peak (the nexmark
+    # section's, else measured for stream_peak_seconds)
+    "stream_rates": [20, 200, 2000], "stream_seconds": 30.0, "stream_readers": 4,
+    "stream_deadline": 30.0, "stream_writes_per_s": 20, "stream_move_fraction": 0.1,
+    "stream_peak_seconds": 6.0, "stream_drain_cap": 120.0, "stream_checks_per_view": 2,
 }
 QUICK = {
     **FULL,
@@ -65,6 +76,8 @@ QUICK = {
     "zipf_warm": 2.0, "zipf_seconds": 6.0, "recompute_seconds": 6.0,
     "restart_cap": 30.0,
     "write_batches": [1, 100, 1000], "write_seconds": 2.0, "half_peak_seconds": 5.0,
+    "stream_seconds": 8.0, "stream_peak_seconds": 2.0, "stream_drain_cap": 60.0,
+    "stream_checks_per_view": 1,
 }
 
 

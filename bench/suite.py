@@ -12,6 +12,7 @@ from typing import Any
 import datasets as ds
 import memory
 import reads
+import stream
 import write_path
 from common import InProcServer, LoadPool, log, ratio
 
@@ -233,3 +234,91 @@ class Suite:
         ]
         checks.append(("hot", (), ds.HOT_SQL))
         self._writes("nexmark", self.nexmark_data(), gen, fill, readers, checks)
+
+    def _nexmark_peak(self, srv: InProcServer, gen: dict) -> tuple[float, str]:
+        """Nexmark Q4's write peak (applied rows/s at half_peak_batch rows per write): the
+        nexmark section's figure from this run, else a short measurement now."""
+        hb = self.cfg["half_peak_batch"]
+        prev = [r for r in self.sections.get("writes_nexmark", {}).get("peak", [])
+                if r["batch"] == hb]
+        if prev:
+            best = max(r["view"]["applied_rows_per_s"] for r in prev)
+            return best, f"nexmark section of this run ({hb} rows per write)"
+        cfg = self.cfg
+        log("stream: no nexmark peak in this run; measuring a short one")
+        rows = write_path.write_peak(
+            srv, self.pool, gen=gen, batches=[hb], procs=cfg["write_procs"],
+            threads=cfg["write_threads"], seconds=cfg["stream_peak_seconds"])
+        return (rows[0]["view"]["applied_rows_per_s"],
+                f"measured here: {cfg['stream_peak_seconds']} s, {hb} rows per write, "
+                f"{cfg['write_procs'] * cfg['write_threads']} writers")
+
+    def stream(self) -> None:
+        """Reads under a stream: each seed view read by key by ``stream_readers`` clients
+        while an open-loop writer streams at each of ``stream_rates`` rows/s (Nexmark also
+        at half of its write peak)."""
+        cfg = self.cfg
+        v, x = cfg["visits"], cfg["nexmark"]
+        sec: dict[str, Any] = {
+            "readers_per_view": cfg["stream_readers"], "read_deadline_s": cfg["stream_deadline"],
+            "seconds_per_rate": cfg["stream_seconds"], "writes_per_s": cfg["stream_writes_per_s"],
+            "move_fraction": cfg["stream_move_fraction"], "rates": cfg["stream_rates"],
+            "phases": [], "checks": {},
+        }
+        self.sections["stream"] = sec
+        phases: list[dict] = sec["phases"]
+        cats = [f"c{i}" for i in range(v["categories"])]
+        ncats = list(range(ds.CATEGORIES))
+        sets = [
+            ("visits", self.visits(),
+             {"gen": "visits", "products": v["products"], "categories": v["categories"]},
+             [("max_visit", cats)]),
+            ("nexmark", self.nexmark_data(),
+             {"gen": "nexmark", "people": x["people"], "auctions": x["auctions"],
+              "categories": ds.CATEGORIES},
+             [("avg_winning", ncats), ("hot", [()])]),
+        ]
+        seed = 7000
+        visits_state: dict[str, Any] = {"moved": {}, "unknown": []}
+        for name, data, gen, views in sets:
+            answers: list[dict] = []
+            with InProcServer(data, self.spark) as srv:
+                with srv.client() as c:  # every key filled: the stream starts from warm views
+                    t0 = time.perf_counter()
+                    for view, keys in views:
+                        c.lookup_many(view, keys)
+                    sec.setdefault("fill_s", {})[name] = round(time.perf_counter() - t0, 2)
+                rates: list[tuple[float, str | None]] = [(r, None) for r in cfg["stream_rates"]]
+                if name == "nexmark":
+                    peak, source = self._nexmark_peak(srv, gen)
+                    sec["nexmark_peak"] = {"applied_rows_per_s": peak, "source": source}
+                    rates.append((round(peak / 2), "half of peak"))
+                    rates.sort(key=lambda r: r[0])
+                for rate, label in rates:
+                    seed += 10
+                    extra: dict[str, Any] = {"move_fraction": cfg["stream_move_fraction"]}
+                    if name == "visits":
+                        extra.update(visits_state)
+                    else:  # new people and auctions of each phase get ids of their own
+                        extra["id_base"] = 7 * 10**17 + seed * 10**12
+                    ph, got, w = stream.run_phase(
+                        srv, self.pool, gen=gen, rate=rate, seconds=cfg["stream_seconds"],
+                        views=views, readers=cfg["stream_readers"],
+                        deadline=cfg["stream_deadline"], writes_per_s=cfg["stream_writes_per_s"],
+                        seed=seed, writer_extra=extra, drain_cap=cfg["stream_drain_cap"],
+                        label=label)
+                    if name == "visits":
+                        visits_state = {"moved": w["moved"], "unknown": w["unknown"]}
+                    phases.append(ph)
+                    answers.extend({**a, "rate": rate} for a in got)
+                    self.save()
+                # Answers read during the stream, and a few read now, against Spark SQL at
+                # their LSN.
+                picked = stream.pick_answers(answers, cfg["stream_checks_per_view"])
+                sec["checks"][f"{name}_during_stream"] = stream.check_answers(srv, picked)
+                after = [(view, k, stream.view_sql(view, k)) for view, keys in views
+                         for k in keys[:3]]
+                sec["checks"][f"{name}_after"] = write_path.check_views(srv, after)
+                self.save()
+        sec["goals"] = stream.goals(phases, sec.get("nexmark_peak", {}).get("applied_rows_per_s",
+                                                                           0) / 2)

@@ -95,6 +95,16 @@ def half_peak(srv: InProcServer, pool: LoadPool, *, gen: dict, batch: int, peak:
     return out
 
 
+def same_rows(a: list[tuple], b: list[tuple]) -> bool:
+    """The same multiset of rows, floats compared to 6 decimals."""
+
+    def norm(rows: list[tuple]) -> list[tuple]:
+        return sorted(tuple(round(v, 6) if isinstance(v, float) else v for v in x)
+                      for x in rows)
+
+    return norm(a) == norm(b)
+
+
 def check_views(srv: InProcServer, checks: list[tuple[str, Any, str]]) -> dict:
     """Each (view, key, sql): the view's answer equals the SQL on Spark at its LSN."""
     bad = []
@@ -102,12 +112,7 @@ def check_views(srv: InProcServer, checks: list[tuple[str, Any, str]]) -> dict:
         for view, key, sql in checks:
             r = c.lookup(view, key)
             q = c.query(sql, as_of=r.lsn)
-
-            def norm(rows: list[tuple]) -> list[tuple]:
-                return sorted(tuple(round(v, 6) if isinstance(v, float) else v for v in x)
-                              for x in rows)
-
-            if norm(r.rows) != norm(q.rows):
+            if not same_rows(r.rows, q.rows):
                 bad.append({"view": view, "key": key, "view_rows": r.rows[:5],
                             "spark_rows": q.rows[:5], "lsn": r.lsn})
     if bad:
