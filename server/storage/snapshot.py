@@ -105,8 +105,31 @@ class Snapshot:
         and applied in Python to memtable rows before they are shipped to Spark.
         """
         tv = self.table_view(name)
+        cols = list(tv.schema.column_names)
+        df, has_neg, has_multi = self._stored(tv, filters)
+        if df is None:
+            return self._storage.spark.createDataFrame([], tv.schema.spark_schema())
+        return consolidate(df, cols, has_neg, has_multi)
+
+    def table_changes_df(
+        self, name: str, filters: Mapping[str, Sequence[Any]] | None = None
+    ) -> DataFrame:
+        """The stored changes of the table up to ``self.lsn`` (its columns, then ``_lsn``
+        and ``_diff``), not consolidated: the rows as of any LSN V from the oldest pinned
+        one up to ``self.lsn`` are those with ``_lsn <= V``, diffs summed. One scan then
+        answers reads at several pinned LSNs."""
+        tv = self.table_view(name)
+        df, _, _ = self._stored(tv, filters)
+        if df is None:
+            return self._storage.spark.createDataFrame([], tv.schema.segment_spark_schema())
+        return df.select(*tv.schema.column_names, LSN_COL, DIFF_COL)
+
+    def _stored(
+        self, tv: TableView, filters: Mapping[str, Sequence[Any]] | None
+    ) -> tuple[DataFrame | None, bool, bool]:
+        """Segment and memtable rows with LSN <= ``self.lsn`` (filtered), and whether any
+        has a negative diff / a diff above 1."""
         schema = tv.schema
-        cols = list(schema.column_names)
         resolved = [coerce_filter_values(schema, c, v) for c, v in (filters or {}).items()]
         spark = self._storage.spark
         parts: list[DataFrame] = []
@@ -133,11 +156,11 @@ class Snapshot:
                 has_neg = has_neg or any(e.ndel for e in tv.mem)
 
         if not parts:
-            return spark.createDataFrame([], schema.spark_schema())
+            return None, has_neg, has_multi
         df = parts[0]
         for p in parts[1:]:
             df = df.unionByName(p)
-        return consolidate(df, cols, has_neg, has_multi)
+        return df, has_neg, has_multi
 
     def close(self) -> None:
         """Unpin; idempotent."""

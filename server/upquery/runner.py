@@ -3,6 +3,12 @@
 Implements ``partialflow.server.dataflow.runner.UpqueryRunner``. ``submit`` pins the
 fill's snapshot on the executor thread, then a worker thread compiles each root state
 (``state_plans``) and collects its rows; the reply goes back through the callback.
+
+Index fills (one per write that misses an evict-on-miss join index, each at its own
+snapshot) can arrive faster than Spark runs jobs on a small machine. They queue per index
+state, and one worker at a time runs everything queued for that state together: for an
+index right over a base table (the common case), one scan of the table's stored changes up
+to the newest snapshot, consolidated per fill at its own LSN in Python.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from partialflow.operators.values import canonical_row
 from partialflow.server.dataflow.fill import Fill
 from partialflow.server.dataflow.runner import FillResults, Reply
 from partialflow.server.upquery.faults import FaultInjector
-from partialflow.server.upquery.state_plans import state_frame
+from partialflow.server.upquery.state_plans import MANY_KEYS, state_frame
 
 log = logging.getLogger("partialflow.upquery")
 
@@ -32,6 +38,9 @@ class SparkUpqueryRunner:
         # Bumped by every worker thread: a plain ``+= 1`` could lose counts.
         self._jobs = 0
         self._jobs_lock = threading.Lock()
+        # Index fills waiting, per root states, and the root states a worker is draining.
+        self._index_queue: dict[tuple[int, ...], list[tuple[Fill, Any, Reply]]] = {}
+        self._draining: set[tuple[int, ...]] = set()
 
     @property
     def jobs(self) -> int:
@@ -52,6 +61,9 @@ class SparkUpqueryRunner:
     def submit(self, fill: Fill, reply: Reply) -> None:
         # Pinned now, on the executor thread: compaction must keep this LSN readable.
         snapshot = self.storage.snapshot(fill.lsn)
+        if fill.index:
+            self._queue_index(fill, snapshot, reply)
+            return
 
         def run() -> None:
             try:
@@ -88,6 +100,84 @@ class SparkUpqueryRunner:
             _try(self.spark, "removeTag", tag)
         return results
 
+    # -- index fills: queued per index state, drained in batches -------------------------
+    def _queue_index(self, fill: Fill, snapshot: Any, reply: Reply) -> None:
+        key = tuple(st.sid for st in fill.roots)
+        with self._jobs_lock:
+            self._index_queue.setdefault(key, []).append((fill, snapshot, reply))
+            if key in self._draining:
+                return  # the worker draining this state takes it next
+            self._draining.add(key)
+        try:
+            self.pool.submit(self._drain, key)
+        except BaseException:
+            with self._jobs_lock:
+                self._draining.discard(key)
+                queued = self._index_queue.pop(key, [])
+            for _, snap, _ in queued:
+                snap.close()
+            raise
+
+    def _drain(self, key: tuple[int, ...]) -> None:
+        while True:
+            with self._jobs_lock:
+                batch = self._index_queue.pop(key, [])
+                if not batch:
+                    self._draining.discard(key)
+                    return
+            try:
+                replies = self._run_batch([(f, snap) for f, snap, _ in batch])
+            except Exception as e:
+                log.warning("index upquery of %d fill(s) failed: %s", len(batch),
+                            str(e).splitlines()[0] if str(e) else e)
+                for fill, _, reply in batch:
+                    reply(fill, None, e)
+            else:
+                for fill, _, reply in batch:
+                    reply(fill, replies[fill.fid], None)
+            finally:
+                for _, snap, _ in batch:
+                    snap.close()
+
+    def _run_batch(self, batch: list[tuple[Fill, Any]]) -> dict[int, FillResults]:
+        """Each fill's rows at its own snapshot. An index state right over a base table
+        (the common case) is answered for every fill by one scan of the table's stored
+        changes up to the newest snapshot, consolidated per fill in Python; anything else
+        runs fill by fill."""
+        table = _base_table_of(batch[0][0])
+        if len(batch) == 1 or table is None:
+            return {fill.fid: self.run(fill, snap) for fill, snap in batch}
+        self.faults.before_scan()
+        st = batch[0][0].roots[0]
+        cols = st.partial_cols
+        wanted = [{k for k in f.keys[f.roots[0]] if None not in k} for f, _ in batch]
+        values = [sorted({k[i] for ks in wanted for k in ks}, key=repr) for i in range(len(cols))]
+        parent = st.node.parents[_side_of(st)]
+        filters = {parent.columns[c]: v for c, v in zip(cols, values, strict=True)}
+        if any(len(v) > MANY_KEYS for v in values):
+            filters = {}
+        newest = max(batch, key=lambda b: b[0].lsn)[1]
+        tags = [_tag_of(fill) for fill, _ in batch]
+        for tag in tags:
+            _try(self.spark, "addTag", tag)
+        try:
+            with self._jobs_lock:
+                self._jobs += 1
+            changes = [tuple(r) for r in newest.table_changes_df(table, filters).collect()]
+        finally:
+            for tag in tags:
+                _try(self.spark, "removeTag", tag)
+        out: dict[int, FillResults] = {}
+        for (fill, _), keys in zip(batch, wanted, strict=True):
+            counts: dict[tuple, int] = {}
+            for r in changes:
+                row, lsn, diff = r[:-2], r[-2], r[-1]
+                if lsn <= fill.lsn and tuple([row[c] for c in cols]) in keys:
+                    counts[row] = counts.get(row, 0) + diff
+            rows = [canonical_row(row) for row, n in counts.items() for _ in range(n)]
+            out[fill.fid] = {fill.roots[0].sid: rows}
+        return out
+
     def cancel(self, fill: Fill) -> None:
         try:
             if hasattr(self.spark, "interruptTag"):
@@ -97,6 +187,22 @@ class SparkUpqueryRunner:
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _side_of(st: Any) -> int:
+    return next(s for s, x in st.node.sides.items() if x is st)
+
+
+def _base_table_of(fill: Fill) -> str | None:
+    """The base table of the fill's one root when that root is a join side index right
+    over it, keyed by some of its columns (what a batch of index fills can share)."""
+    if len(fill.roots) != 1:
+        return None
+    st = fill.roots[0]
+    if st.kind != "rows" or st.node.view is not None or not st.partial_cols:
+        return None
+    parent = st.node.parents[_side_of(st)]
+    return parent.table
 
 
 def _tag_of(fill: Fill) -> str:
