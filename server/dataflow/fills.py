@@ -358,8 +358,18 @@ class FillCoordinator:
     def forget(self, st: State) -> None:
         """A dropped state. A fill of it may also fill shared states below it: abort it
         properly, or those keys would stay pending (holding updates) for good."""
+        gone = Unavailable("the view was dropped while this read waited for it")
         for fill in st.pending_fills():
-            self.abort(fill, Unavailable("the view was dropped while this read waited for it"))
+            if fill.index:  # reads of other views blocked on it are asked again
+                for key in [key for key in fill.waiters if key[0] is st]:
+                    for w in fill.waiters.pop(key):
+                        w.fail(gone)
+                if not fill.dead:
+                    self._retire(fill)
+                    self.runner.cancel(fill)
+                    self._abandon(fill, None)
+            else:
+                self.abort(fill, gone)
         st.forget_pending()
         self.wanted.pop(st, None)
 

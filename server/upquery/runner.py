@@ -24,9 +24,14 @@ from partialflow.operators.values import canonical_row
 from partialflow.server.dataflow.fill import Fill
 from partialflow.server.dataflow.runner import FillResults, Reply
 from partialflow.server.upquery.faults import FaultInjector
-from partialflow.server.upquery.state_plans import MANY_KEYS, state_frame
+from partialflow.server.upquery.state_plans import state_frame
 
 log = logging.getLogger("partialflow.upquery")
+
+# Index fills answered by one scan at most; the values of a batch's keys pushed into the
+# scan as a filter at most (beyond, the whole table's changes are read and filtered here).
+MAX_BATCH = 64
+BATCH_FILTER_VALUES = 2000
 
 
 class SparkUpqueryRunner:
@@ -121,10 +126,13 @@ class SparkUpqueryRunner:
     def _drain(self, key: tuple[int, ...]) -> None:
         while True:
             with self._jobs_lock:
-                batch = self._index_queue.pop(key, [])
-                if not batch:
+                queued = self._index_queue.pop(key, [])
+                if not queued:
                     self._draining.discard(key)
                     return
+                batch, rest = queued[:MAX_BATCH], queued[MAX_BATCH:]
+                if rest:
+                    self._index_queue[key] = rest
             try:
                 replies = self._run_batch([(f, snap) for f, snap, _ in batch])
             except Exception as e:
@@ -154,7 +162,7 @@ class SparkUpqueryRunner:
         values = [sorted({k[i] for ks in wanted for k in ks}, key=repr) for i in range(len(cols))]
         parent = st.node.parents[_side_of(st)]
         filters = {parent.columns[c]: v for c, v in zip(cols, values, strict=True)}
-        if any(len(v) > MANY_KEYS for v in values):
+        if any(len(v) > BATCH_FILTER_VALUES for v in values):
             filters = {}
         newest = max(batch, key=lambda b: b[0].lsn)[1]
         tags = [_tag_of(fill) for fill, _ in batch]
@@ -167,13 +175,17 @@ class SparkUpqueryRunner:
         finally:
             for tag in tags:
                 _try(self.spark, "removeTag", tag)
+        by_key: dict[tuple, list[tuple]] = {}  # fill key -> its stored changes
+        for r in changes:
+            by_key.setdefault(tuple([r[c] for c in cols]), []).append(r)
         out: dict[int, FillResults] = {}
         for (fill, _), keys in zip(batch, wanted, strict=True):
             counts: dict[tuple, int] = {}
-            for r in changes:
-                row, lsn, diff = r[:-2], r[-2], r[-1]
-                if lsn <= fill.lsn and tuple([row[c] for c in cols]) in keys:
-                    counts[row] = counts.get(row, 0) + diff
+            for k in keys:
+                for r in by_key.get(k, ()):
+                    if r[-2] <= fill.lsn:  # _lsn: in this fill's snapshot
+                        row = r[:-2]
+                        counts[row] = counts.get(row, 0) + r[-1]
             rows = [canonical_row(row) for row, n in counts.items() for _ in range(n)]
             out[fill.fid] = {fill.roots[0].sid: rows}
         return out
