@@ -72,6 +72,13 @@ class State:
         # Where the fill key sits inside an index key (partial ⊆ index columns).
         self.fk_in_index = tuple(self.index_cols.index(c) for c in self.partial_cols)
 
+    def release(self) -> None:
+        """Drop every key's contents (the state is no longer used: its view was dropped
+        or the dataflow closed), so the memory is freed now by reference counting."""
+        self._buckets.clear()
+        self._sizes.clear()
+        self._pending.clear()
+
     # -- keys ------------------------------------------------------------------------
     def fill_key_of_row(self, row: Row) -> Row:
         return tuple([row[c] for c in self.partial_cols])
