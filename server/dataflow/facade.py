@@ -23,6 +23,7 @@ from partialflow.server.dataflow.materialize import states_of
 from partialflow.server.dataflow.packets import Write
 from partialflow.server.dataflow.reads import Param, Read, check_key, parameters
 from partialflow.server.dataflow.runner import UpqueryRunner
+from partialflow.server.dataflow.state import State
 from partialflow.server.errors import (
     AlreadyExists,
     DeadlineExceeded,
@@ -90,6 +91,14 @@ class Dataflow:
     def close(self) -> None:
         self.executor.stop()
         self.runner.close()
+        # Free the states now, by reference counting, on the closing thread. Left to the
+        # cycle collector (states, nodes and the executor refer to each other), a large
+        # state is freed by whichever full collection comes next, a stop-the-world pause
+        # of seconds in whatever still runs in this process (issue 12's write stall).
+        with self.executor.lock:
+            for st in list(self.executor.evictor.states.values()):
+                st.release()
+            self.executor.publisher.clear()
 
     # -- views -------------------------------------------------------------------------
     def create_view(self, name: str, sql: str) -> None:
@@ -154,7 +163,7 @@ class Dataflow:
 
     def _remove(self, name: str) -> None:
         ex = self.executor
-        ex.call(lambda: ex.forget_states(self.graph.remove_view(name))).result()
+        ex.call(lambda: _forget(ex, self.graph.remove_view(name))).result()
         self.deps.pop(name, None)
         self._params.pop(name, None)
 
@@ -313,3 +322,10 @@ class Dataflow:
                 "state_anomalies": sum(st.anomalies for st in ev.states.values()),
                 **dict(ex.stats.counters),
             }
+
+
+def _forget(ex: Executor, states: list[State]) -> None:
+    """Unregister a dropped view's states and free their contents right away (see close)."""
+    ex.forget_states(states)
+    for st in states:
+        st.release()

@@ -62,6 +62,13 @@ class Publisher:
         self._changed = {(s, k): None for s, k in self._changed if s is not st}
         self.version += 1
 
+    def clear(self) -> None:
+        """Nothing stays published (the dataflow is closing)."""
+        self.version += 1
+        self._rows.clear()
+        self._changed.clear()
+        self.version += 1
+
     def drain_reads(self) -> list[ReadEntry]:
         """What lock-free readers saw since the last drain (executor thread)."""
         out = []
