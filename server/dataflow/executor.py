@@ -394,6 +394,11 @@ class Executor:
             fk = side.fill_key_of_index(m.key)
             fill = side.pending_fill(fk)
             if fill is None and side.mode == "miss" and lsn > self.applied_lsn:
+                if not self.fills.index.reaches_filled(node, pidx, m.delta[0]):
+                    # Every key the update reaches is a hole (a view nobody reads, say):
+                    # it would be dropped there anyway; no fill, no eviction.
+                    self.stats.count("join_misses_dropped")
+                    continue
                 # A live write missed an evict-on-miss index: fetch the key from the
                 # snapshot before this write (gating.py) rather than evict.
                 fill = self.fills.index_fill(side, fk)

@@ -101,6 +101,19 @@ class IndexFills:
         self._backoff.pop(fill.requester.sid, None)
 
     # -- gating ------------------------------------------------------------------------
+    def reaches_filled(self, node: Node, pidx: int, row: Row) -> bool:
+        """Whether a delta of ``row`` from parent ``pidx`` of join ``node`` reaches any key
+        that is filled or pending (states above a hole are holes there too)."""
+        for st, fk in downstream_keys(node, pidx, row):
+            if st.mode == "full":
+                return True
+            if fk is None:
+                if st.keys_filled or st.has_pending():
+                    return True
+            elif st.lookup(fk) != "hole":
+                return True
+        return False
+
     def gate(self, fill: Fill, node: Node, pidx: int, row: Row, lsn: int) -> None:
         """A delta of ``row`` (LSN ``lsn``) from parent ``pidx`` of join ``node`` is held
         by index fill ``fill``: gate every downstream key it could reach (all keys of a
