@@ -344,6 +344,9 @@ class Executor:
         st = node.own
         if st is not None:  # a grouped operator: only groups whose key is filled go in
             passed = []
+            if not st.partial_cols and st.is_filled(()):
+                passed = deltas  # one fill key, filled: every group goes in
+                deltas = []
             for d in deltas:
                 fk = st.fill_key_of_index(op.input_group(pidx, d[0]))  # type: ignore[attr-defined]
                 if st.is_filled(fk):

@@ -16,6 +16,7 @@ under its lock; nothing outside this module touches the dicts.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -67,10 +68,22 @@ class State:
     _buckets: dict[Row, Bucket] = field(default_factory=dict, repr=False)
     _sizes: dict[Row, int] = field(default_factory=dict, repr=False)
     _pending: dict[Row, Fill] = field(default_factory=dict, repr=False)
+    # -- keys (set in __post_init__) -------------------------------------------------
+    # row -> its fill key; row -> its index key; index key (for a grouped state: group
+    # key) -> its fill key.
+    fill_key_of_row: Callable[[Row], Row] = field(init=False, repr=False)
+    index_key_of_row: Callable[[Row], Row] = field(init=False, repr=False)
+    fill_key_of_index: Callable[[Row], Row] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         # Where the fill key sits inside an index key (partial ⊆ index columns).
         self.fk_in_index = tuple(self.index_cols.index(c) for c in self.partial_cols)
+        # The key functions run for every delta: built once, as the cheapest closure for
+        # their shape (an index key that is its own fill key is returned as it is).
+        self.fill_key_of_row = _getter(self.partial_cols)
+        self.index_key_of_row = _getter(self.index_cols)
+        same = self.fk_in_index == tuple(range(len(self.index_cols)))
+        self.fill_key_of_index = _same if same else _getter(self.fk_in_index)
 
     def release(self) -> None:
         """Drop every key's contents (the state is no longer used: its view was dropped
@@ -78,17 +91,6 @@ class State:
         self._buckets.clear()
         self._sizes.clear()
         self._pending.clear()
-
-    # -- keys ------------------------------------------------------------------------
-    def fill_key_of_row(self, row: Row) -> Row:
-        return tuple([row[c] for c in self.partial_cols])
-
-    def index_key_of_row(self, row: Row) -> Row:
-        return tuple([row[c] for c in self.index_cols])
-
-    def fill_key_of_index(self, key: Row) -> Row:
-        """The fill key of an index key (for a grouped state: of a group key)."""
-        return tuple([key[i] for i in self.fk_in_index])
 
     # -- hole, pending or filled -------------------------------------------------------
     def lookup(self, fk: Row) -> KeyStatus:
@@ -189,6 +191,9 @@ class State:
         bag = bucket.get(ik)
         if not bag:
             return []
+        if len(bag) == 1:  # the common case of a key index: one distinct row
+            for r, n in bag.items():
+                return [r] * n
         return [r for r, n in bag.items() for _ in range(n)]
 
     def bucket_rows(self, fk: Row) -> list[Row]:
@@ -200,12 +205,16 @@ class State:
     def set_entry(self, fk: Row, group: Row, entry: Any, size: int) -> None:
         """Set (``entry`` None: remove) a group's entry in filled key ``fk``."""
         bucket = self._buckets[fk]
-        old = bucket.pop(group, None)
-        key_size = row_size(group)
-        delta = -(self._entry_size(old) + key_size) if old is not None else 0
         if entry is not None:
+            old = bucket.get(group)
             bucket[group] = entry
-            delta += size + key_size
+            # The group key's own bytes count only when the group comes or goes.
+            delta = size - self._entry_size(old) if old is not None else size + row_size(group)
+        else:
+            old = bucket.pop(group, None)
+            if old is None:
+                return
+            delta = -(self._entry_size(old) + row_size(group))
         self._sizes[fk] = self._sizes.get(fk, BUCKET_OVERHEAD) + delta
 
     def entry(self, group: Row) -> Any | None:
@@ -239,6 +248,23 @@ class State:
         }[self.mode]
         head = f"{self.kind} state {mode}, index [{idx}]"
         return f"{head}, {len(self._buckets)} keys filled, {self.memory_bytes} B" if live else head
+
+
+def _same(key: Row) -> Row:
+    return key
+
+
+def _getter(cols: tuple[int, ...]) -> Callable[[Row], Row]:
+    """row -> the tuple of its values at ``cols``."""
+    if not cols:
+        return lambda row: ()
+    if len(cols) == 1:
+        c = cols[0]
+        return lambda row: (row[c],)
+    if len(cols) == 2:
+        a, b = cols
+        return lambda row: (row[a], row[b])
+    return lambda row: tuple([row[c] for c in cols])
 
 
 class StateAccess:
