@@ -51,6 +51,12 @@ class AggFunc:
         """State after the diffs (raises Exhausted when it can't be known)."""
         raise NotImplementedError
 
+    def fold(self, state: Any, batch: list[tuple[Row, int]], candidates: int | None) -> Any:
+        """State after a group's input deltas: ``apply`` of their diffs."""
+        col = self.col
+        diffs = [(row[col], sign) for row, sign in batch if row[col] is not None]  # type: ignore[index]
+        return self.apply(state, diffs, candidates) if diffs else state
+
     def result(self, state: Any) -> Any:
         """The aggregate's value for a state."""
         raise NotImplementedError
@@ -77,6 +83,9 @@ class CountStar(AggFunc):
     def apply(self, state: int, diffs: list[Diff], candidates: int | None) -> int:
         return state + sum(s for _, s in diffs)
 
+    def fold(self, state: int, batch: list[tuple[Row, int]], candidates: int | None) -> int:
+        return state + sum([sign for _, sign in batch])
+
     def result(self, state: int) -> int:
         return state
 
@@ -88,6 +97,7 @@ class Count(CountStar):
     name = "COUNT"
     width = 1
     to_diff = AggFunc.to_diff
+    fold = AggFunc.fold
 
     def load(self, row_count: int, acc: Sequence[Any], candidates: int | None) -> int:
         return int(acc[0])

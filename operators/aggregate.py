@@ -97,11 +97,10 @@ class Aggregate(GroupedOperator):
         return AggEntry(0, tuple(f.initial() for f in self.funcs))
 
     def _fold(self, entry: AggEntry, batch: list[Delta]) -> AggEntry:
-        states = []
-        for f, st in zip(self.funcs, entry.states, strict=True):
-            diffs = [d for d in (f.to_diff(row, sign) for row, sign in batch) if d is not None]
-            states.append(f.apply(st, diffs, self.candidates) if diffs else st)
-        return AggEntry(entry.rows + sum(sign for _, sign in batch), tuple(states))
+        cap = self.candidates
+        states = tuple([f.fold(st, batch, cap)
+                        for f, st in zip(self.funcs, entry.states, strict=True)])
+        return AggEntry(entry.rows + sum([sign for _, sign in batch]), states)
 
     def _emit(self, group: Row, old: AggEntry | None, new: AggEntry, out: Output) -> None:
         is_global = not self.group_by

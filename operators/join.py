@@ -17,6 +17,7 @@ from collections.abc import Hashable
 from typing import Any
 
 from partialflow.operators.base import Delta, Miss, Operator, Output, Row, StateView
+from partialflow.operators.grouped import column_getter
 
 KINDS = ("inner", "left")
 
@@ -48,6 +49,8 @@ class Join(Operator):
         self.left_width = left_width
         self.symbol = "⟕" if kind == "left" else "⋈"  # type: ignore[misc]
         self._nulls: Row = (None,) * right_width
+        self._left_key_of = column_getter(self.left_key)
+        self._right_key_of = column_getter(self.right_key)
 
     def side_indexes(self) -> dict[int, tuple[int, ...]]:
         return {0: self.left_key, 1: self.right_key}
@@ -76,13 +79,13 @@ class Join(Operator):
         return out
 
     def _from_left(self, deltas: list[Delta], state: StateView, out: Output) -> None:
-        key_cols, nulls = self.left_key, self._nulls
+        key_of, nulls = self._left_key_of, self._nulls
         outer = self.join_kind == "left"
         lookups = _Lookups(state, 1)
         emit = out.deltas.append
         for delta in deltas:
             row, sign = delta
-            key = tuple([row[i] for i in key_cols])
+            key = key_of(row)
             if None in key:
                 if outer:
                     emit((row + nulls, sign))
@@ -96,11 +99,11 @@ class Join(Operator):
                 emit((row + nulls, sign))
 
     def _from_right_inner(self, deltas: list[Delta], state: StateView, out: Output) -> None:
-        key_cols = self.right_key
+        key_of = self._right_key_of
         lookups = _Lookups(state, 0)
         for delta in deltas:
             row, sign = delta
-            key = tuple([row[i] for i in key_cols])
+            key = key_of(row)
             if None in key:
                 continue
             matches = lookups.get(key)
@@ -110,13 +113,13 @@ class Join(Operator):
                 out.deltas.extend([(left + row, sign) for left in matches])
 
     def _from_right_outer(self, deltas: list[Delta], state: StateView, out: Output) -> None:
-        key_cols, nulls = self.right_key, self._nulls
+        key_of, nulls = self._right_key_of, self._nulls
         lefts, rights = _Lookups(state, 0), _Lookups(state, 1)
         # Right rows per key as of the delta being processed: index + this batch so far.
         counts: dict[Row, int] = {}
         for delta in deltas:
             row, sign = delta
-            key = tuple([row[i] for i in key_cols])
+            key = key_of(row)
             if None in key:
                 continue
             matches = lefts.get(key)
