@@ -92,6 +92,7 @@ class State:
         """Drop every key's contents (the state is no longer used: its view was dropped
         or the dataflow closed), so the memory is freed now by reference counting."""
         self._buckets.clear()
+        self._blocked.clear()
         self._sizes.clear()
         self._pending.clear()
 
