@@ -134,12 +134,27 @@ class SparkUpqueryRunner:
                 if rest:
                     self._index_queue[key] = rest
             try:
-                replies = self._run_batch([(f, snap) for f, snap, _ in batch])
+                try:
+                    replies = self._run_batch([(f, snap) for f, snap, _ in batch])
+                except Exception as e:
+                    if len(batch) == 1:
+                        raise
+                    # Seen under load: the newest snapshot's scan failed (a segment file
+                    # gone). Each fill on its own snapshot is slower but independent.
+                    log.warning("index upquery of %d fills failed (%s); running them one "
+                                "by one", len(batch), str(e).splitlines()[0] if str(e) else e)
+                    for fill, snap, reply in batch:
+                        try:
+                            result = self.run(fill, snap)
+                        except Exception as e1:
+                            reply(fill, None, e1)
+                        else:
+                            reply(fill, result, None)
+                    continue
             except Exception as e:
-                log.warning("index upquery of %d fill(s) failed: %s", len(batch),
+                log.warning("index upquery %d failed: %s", batch[0][0].fid,
                             str(e).splitlines()[0] if str(e) else e)
-                for fill, _, reply in batch:
-                    reply(fill, None, e)
+                batch[0][2](batch[0][0], None, e)
             else:
                 for fill, _, reply in batch:
                     reply(fill, replies[fill.fid], None)
