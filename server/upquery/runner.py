@@ -166,10 +166,29 @@ class SparkUpqueryRunner:
         """Each fill's rows at its own snapshot. An index state right over a base table
         (the common case) is answered for every fill by one scan of the table's stored
         changes up to the newest snapshot, consolidated per fill in Python; anything else
-        runs fill by fill."""
+        runs fill by fill.
+
+        One scan serves only snapshots that see the same segment files: a flush or a
+        compaction between two of them (a compaction consolidates rows up to its horizon,
+        which may be above an older, still-queued snapshot) splits the batch there."""
         table = _base_table_of(batch[0][0])
         if len(batch) == 1 or table is None:
             return {fill.fid: self.run(fill, snap) for fill, snap in batch}
+        out: dict[int, FillResults] = {}
+        group: list[tuple[Fill, Any]] = []
+        for fill, snap in sorted(batch, key=lambda b: b[0].lsn):
+            if group and snap.table_view(table).segments != group[0][1].table_view(
+                    table).segments:
+                out.update(self._scan_changes(group, table))
+                group = []
+            group.append((fill, snap))
+        out.update(self._scan_changes(group, table))
+        return out
+
+    def _scan_changes(self, batch: list[tuple[Fill, Any]], table: str) -> dict[int, FillResults]:
+        if len(batch) == 1:
+            fill, snap = batch[0]
+            return {fill.fid: self.run(fill, snap)}
         self.faults.before_scan()
         st = batch[0][0].roots[0]
         cols = st.partial_cols
