@@ -37,6 +37,7 @@ from itertools import groupby
 from typing import Any
 
 from partialflow.operators.base import Delta, Row
+from partialflow.server.dataflow.downstream import downstream_keys
 from partialflow.server.dataflow.evictor import Evictor
 from partialflow.server.dataflow.fill import Captured, Held, HeldJoin, HeldNode, HeldRows
 from partialflow.server.dataflow.fills import FillCoordinator
@@ -393,8 +394,11 @@ class Executor:
             side = node.sides[m.side]
             fk = side.fill_key_of_index(m.key)
             fill = side.pending_fill(fk)
+            # The keys above the delta could reach: computed once, for whichever needs them.
+            targets = downstream_keys(node, pidx, m.delta[0]) if side.mode == "miss" else None
             if fill is None and side.mode == "miss" and lsn > self.applied_lsn:
-                if not self.fills.index.reaches_filled(node, pidx, m.delta[0]):
+                assert targets is not None
+                if not self.fills.index.reaches_filled(targets):
                     # Every key the update reaches is a hole (a view nobody reads, say):
                     # it would be dropped there anyway; no fill, no eviction.
                     self.stats.count("join_misses_dropped")
@@ -412,7 +416,9 @@ class Executor:
                 fill.hold(HeldJoin(lsn, fk, node, pidx, m.delta,
                                    _capture(node, m.side, m.key), m.side))
                 if fill.index:
-                    self.fills.index.gate(fill, node, pidx, m.delta[0], lsn)
+                    keys = targets if targets is not None else downstream_keys(
+                        node, pidx, m.delta[0])
+                    self.fills.index.gate(fill, keys, lsn)
                 continue
             self.stats.count("join_misses")
             # The update can't be computed (a replayed update, or index fills backing off

@@ -26,21 +26,20 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from partialflow.operators.base import Row
-from partialflow.server.dataflow.downstream import downstream_keys
 from partialflow.server.dataflow.fill import Fill
 from partialflow.server.dataflow.state import State
 from partialflow.server.dataflow.stats import Stats
-
-if TYPE_CHECKING:
-    from partialflow.server.dataflow.graph import Node
 
 # After an index fill fails, misses on that index evict instead of fetching for this long,
 # doubling per failure in a row, up to the maximum.
 BACKOFF_MIN = 1.0
 BACKOFF_MAX = 30.0
+
+# A join delta's downstream keys: (state, fill key, or None when not computable).
+Targets = list[tuple[State, Row | None]]
 
 
 class GateHost(Protocol):
@@ -101,10 +100,10 @@ class IndexFills:
         self._backoff.pop(fill.requester.sid, None)
 
     # -- gating ------------------------------------------------------------------------
-    def reaches_filled(self, node: Node, pidx: int, row: Row) -> bool:
-        """Whether a delta of ``row`` from parent ``pidx`` of join ``node`` reaches any key
-        that is filled or pending (states above a hole are holes there too)."""
-        for st, fk in downstream_keys(node, pidx, row):
+    def reaches_filled(self, targets: Targets) -> bool:
+        """Whether any of a join delta's downstream keys (``downstream_keys``) is filled
+        or pending (states above a hole are holes there too)."""
+        for st, fk in targets:
             if st.mode == "full":
                 return True
             if fk is None:
@@ -114,11 +113,11 @@ class IndexFills:
                 return True
         return False
 
-    def gate(self, fill: Fill, node: Node, pidx: int, row: Row, lsn: int) -> None:
-        """A delta of ``row`` (LSN ``lsn``) from parent ``pidx`` of join ``node`` is held
-        by index fill ``fill``: gate every downstream key it could reach (all keys of a
-        state where the key can't be computed from the row) at ``lsn - 1``."""
-        for st, fk in downstream_keys(node, pidx, row):
+    def gate(self, fill: Fill, targets: Targets, lsn: int) -> None:
+        """A join delta (LSN ``lsn``) is held by index fill ``fill``: gate every downstream
+        key it could reach (``targets``, from ``downstream_keys``; all keys of a state
+        where the key can't be computed from the row) at ``lsn - 1``."""
+        for st, fk in targets:
             keys = [fk] if fk is not None else st.filled_keys() + st.pending_keys()
             for k in keys:
                 self._gate(fill, st, k, lsn - 1)
