@@ -8,6 +8,7 @@
     partialflow graph [--png FILE] VIEW
     partialflow load [--format parquet|csv] [--header] [--force] TABLE PATH
     partialflow compact [TABLE]
+    partialflow checkpoint                      (take a dataflow checkpoint now)
     partialflow stress [--duration S] [--views V,..] [--faults MODES] ...  (see client/stress/)
 
 Client commands take ``--server`` (default ``$PARTIALFLOW_SERVER`` or 127.0.0.1:50051),
@@ -166,6 +167,14 @@ def _compact(client: Any, args: argparse.Namespace) -> int:
     return 0
 
 
+def _checkpoint(client: Any, args: argparse.Namespace) -> int:
+    c = client.checkpoint()
+    files = "file" if c["chain_files"] == 1 else "files"
+    print(f"checkpoint {c['seq']} ({c['kind']}) at lsn {c['lsn']}: {c['bytes']} bytes in "
+          f"{c['duration_s']:.2f} s; recovery reads a chain of {c['chain_files']} {files}")
+    return 0
+
+
 # -- the grammar --------------------------------------------------------------------------
 
 
@@ -291,6 +300,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     compact = command("compact", _compact, "compact one table's segments, or all tables'")
     compact.add_argument("table", nargs="?")
+
+    command("checkpoint", _checkpoint, "take a dataflow checkpoint now (only what changed)")
 
     stress.add_arguments(command("stress", stress.run, stress.HELP))
     return parser

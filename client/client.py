@@ -189,9 +189,10 @@ class Client:
 
     # -- plumbing -------------------------------------------------------------------
 
-    def _call(self, method: Any, request: Any) -> Any:
+    def _call(self, method: Any, request: Any, timeout: float | None = None) -> Any:
         try:
-            return method(request, timeout=self.timeout, metadata=self._metadata)
+            return method(request, timeout=timeout if timeout is not None else self.timeout,
+                          metadata=self._metadata)
         except grpc.RpcError as err:
             raise error_from_rpc(err) from None
 
@@ -336,6 +337,14 @@ class Client:
     def flush(self) -> int:
         """Flush logged writes to Parquet segments; returns the last LSN."""
         return self._call(self._stub.Flush, pb.FlushRequest()).lsn
+
+    def checkpoint(self, *, timeout: float = 600.0) -> dict:
+        """Take a dataflow checkpoint now; returns its ``seq``, ``lsn`` (every state in it
+        is exact there), ``kind`` (full or incremental), ``bytes``, ``duration_s`` and
+        ``chain_files``. FailedPrecondition when the server runs without checkpoints.
+        A first (full) checkpoint of a big state takes a while: hence its own deadline."""
+        response = self._call(self._stub.Checkpoint, pb.CheckpointRequest(), timeout=timeout)
+        return _as_dict(response)
 
     def compact(self, table: str | None = None) -> dict:
         """Compact one table's segments (or all tables'); returns what was done."""

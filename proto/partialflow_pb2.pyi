@@ -295,8 +295,52 @@ class VerifierStats(_message.Message):
     last_mismatch: VerifierMismatch
     def __init__(self, enabled: _Optional[bool] = ..., sample: _Optional[float] = ..., max_per_second: _Optional[float] = ..., sampled: _Optional[int] = ..., dropped: _Optional[int] = ..., checks: _Optional[int] = ..., mismatches: _Optional[int] = ..., skipped: _Optional[int] = ..., errors: _Optional[int] = ..., queued: _Optional[int] = ..., last_mismatch: _Optional[_Union[VerifierMismatch, _Mapping]] = ...) -> None: ...
 
+class CheckpointStats(_message.Message):
+    __slots__ = ("enabled", "interval_s", "taken", "failed", "last_error", "compactions", "last_seq", "last_lsn", "last_kind", "last_bytes", "last_duration_s", "last_age_s", "chain_files", "chain_bytes", "recovered_from", "recovered_lsn", "recovered_keys", "replayed_writes", "cold_views", "recovery_s")
+    ENABLED_FIELD_NUMBER: _ClassVar[int]
+    INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
+    TAKEN_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    COMPACTIONS_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    LAST_LSN_FIELD_NUMBER: _ClassVar[int]
+    LAST_KIND_FIELD_NUMBER: _ClassVar[int]
+    LAST_BYTES_FIELD_NUMBER: _ClassVar[int]
+    LAST_DURATION_S_FIELD_NUMBER: _ClassVar[int]
+    LAST_AGE_S_FIELD_NUMBER: _ClassVar[int]
+    CHAIN_FILES_FIELD_NUMBER: _ClassVar[int]
+    CHAIN_BYTES_FIELD_NUMBER: _ClassVar[int]
+    RECOVERED_FROM_FIELD_NUMBER: _ClassVar[int]
+    RECOVERED_LSN_FIELD_NUMBER: _ClassVar[int]
+    RECOVERED_KEYS_FIELD_NUMBER: _ClassVar[int]
+    REPLAYED_WRITES_FIELD_NUMBER: _ClassVar[int]
+    COLD_VIEWS_FIELD_NUMBER: _ClassVar[int]
+    RECOVERY_S_FIELD_NUMBER: _ClassVar[int]
+    enabled: bool
+    interval_s: float
+    taken: int
+    failed: int
+    last_error: str
+    compactions: int
+    last_seq: int
+    last_lsn: int
+    last_kind: str
+    last_bytes: int
+    last_duration_s: float
+    last_age_s: float
+    chain_files: int
+    chain_bytes: int
+    recovered_from: int
+    recovered_lsn: int
+    recovered_keys: int
+    replayed_writes: int
+    cold_views: _containers.RepeatedScalarFieldContainer[str]
+    recovery_s: float
+    def __init__(self, enabled: _Optional[bool] = ..., interval_s: _Optional[float] = ..., taken: _Optional[int] = ..., failed: _Optional[int] = ..., last_error: _Optional[str] = ..., compactions: _Optional[int] = ..., last_seq: _Optional[int] = ..., last_lsn: _Optional[int] = ..., last_kind: _Optional[str] = ..., last_bytes: _Optional[int] = ..., last_duration_s: _Optional[float] = ..., last_age_s: _Optional[float] = ..., chain_files: _Optional[int] = ..., chain_bytes: _Optional[int] = ..., recovered_from: _Optional[int] = ..., recovered_lsn: _Optional[int] = ..., recovered_keys: _Optional[int] = ..., replayed_writes: _Optional[int] = ..., cold_views: _Optional[_Iterable[str]] = ..., recovery_s: _Optional[float] = ...) -> None: ...
+
 class StatsResponse(_message.Message):
-    __slots__ = ("lsn", "applied_lsn", "memory_limit", "memory_bytes", "partial_bytes", "full_bytes", "views", "upquery_ms", "spark_jobs", "state_anomalies", "counters", "storage", "writes", "verifier")
+    __slots__ = ("lsn", "applied_lsn", "memory_limit", "memory_bytes", "partial_bytes", "full_bytes", "views", "upquery_ms", "spark_jobs", "state_anomalies", "counters", "storage", "writes", "verifier", "checkpoint")
     class ViewsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -325,6 +369,7 @@ class StatsResponse(_message.Message):
     STORAGE_FIELD_NUMBER: _ClassVar[int]
     WRITES_FIELD_NUMBER: _ClassVar[int]
     VERIFIER_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
     lsn: int
     applied_lsn: int
     memory_limit: int
@@ -339,7 +384,8 @@ class StatsResponse(_message.Message):
     storage: StorageStats
     writes: WriteStats
     verifier: VerifierStats
-    def __init__(self, lsn: _Optional[int] = ..., applied_lsn: _Optional[int] = ..., memory_limit: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., partial_bytes: _Optional[int] = ..., full_bytes: _Optional[int] = ..., views: _Optional[_Mapping[str, ViewStats]] = ..., upquery_ms: _Optional[_Union[Percentiles, _Mapping]] = ..., spark_jobs: _Optional[int] = ..., state_anomalies: _Optional[int] = ..., counters: _Optional[_Mapping[str, int]] = ..., storage: _Optional[_Union[StorageStats, _Mapping]] = ..., writes: _Optional[_Union[WriteStats, _Mapping]] = ..., verifier: _Optional[_Union[VerifierStats, _Mapping]] = ...) -> None: ...
+    checkpoint: CheckpointStats
+    def __init__(self, lsn: _Optional[int] = ..., applied_lsn: _Optional[int] = ..., memory_limit: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., partial_bytes: _Optional[int] = ..., full_bytes: _Optional[int] = ..., views: _Optional[_Mapping[str, ViewStats]] = ..., upquery_ms: _Optional[_Union[Percentiles, _Mapping]] = ..., spark_jobs: _Optional[int] = ..., state_anomalies: _Optional[int] = ..., counters: _Optional[_Mapping[str, int]] = ..., storage: _Optional[_Union[StorageStats, _Mapping]] = ..., writes: _Optional[_Union[WriteStats, _Mapping]] = ..., verifier: _Optional[_Union[VerifierStats, _Mapping]] = ..., checkpoint: _Optional[_Union[CheckpointStats, _Mapping]] = ...) -> None: ...
 
 class ExplainRequest(_message.Message):
     __slots__ = ("view",)
@@ -440,6 +486,26 @@ class LoadProgress(_message.Message):
     lsn: int
     rows: int
     def __init__(self, phase: _Optional[str] = ..., done: _Optional[int] = ..., total: _Optional[int] = ..., message: _Optional[str] = ..., lsn: _Optional[int] = ..., rows: _Optional[int] = ...) -> None: ...
+
+class CheckpointRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class CheckpointResponse(_message.Message):
+    __slots__ = ("seq", "lsn", "kind", "bytes", "duration_s", "chain_files")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    LSN_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    DURATION_S_FIELD_NUMBER: _ClassVar[int]
+    CHAIN_FILES_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    lsn: int
+    kind: str
+    bytes: int
+    duration_s: float
+    chain_files: int
+    def __init__(self, seq: _Optional[int] = ..., lsn: _Optional[int] = ..., kind: _Optional[str] = ..., bytes: _Optional[int] = ..., duration_s: _Optional[float] = ..., chain_files: _Optional[int] = ...) -> None: ...
 
 class PingRequest(_message.Message):
     __slots__ = ()

@@ -84,6 +84,11 @@ class PartialflowStub:
                 request_serializer=partialflow_dot_proto_dot_partialflow__pb2.LoadRequest.SerializeToString,
                 response_deserializer=partialflow_dot_proto_dot_partialflow__pb2.LoadProgress.FromString,
                 _registered_method=True)
+        self.Checkpoint = channel.unary_unary(
+                '/partialflow.v1.Partialflow/Checkpoint',
+                request_serializer=partialflow_dot_proto_dot_partialflow__pb2.CheckpointRequest.SerializeToString,
+                response_deserializer=partialflow_dot_proto_dot_partialflow__pb2.CheckpointResponse.FromString,
+                _registered_method=True)
         self.Ping = channel.unary_unary(
                 '/partialflow.v1.Partialflow/Ping',
                 request_serializer=partialflow_dot_proto_dot_partialflow__pb2.PingRequest.SerializeToString,
@@ -155,6 +160,13 @@ class PartialflowServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Checkpoint(self, request, context):
+        """Take a dataflow checkpoint now (FAILED_PRECONDITION when checkpoints are off).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Ping(self, request, context):
         """Does nothing: measures the transport's own round trip for benchmarks.
         """
@@ -214,6 +226,11 @@ def add_PartialflowServicer_to_server(servicer, server):
                     servicer.Load,
                     request_deserializer=partialflow_dot_proto_dot_partialflow__pb2.LoadRequest.FromString,
                     response_serializer=partialflow_dot_proto_dot_partialflow__pb2.LoadProgress.SerializeToString,
+            ),
+            'Checkpoint': grpc.unary_unary_rpc_method_handler(
+                    servicer.Checkpoint,
+                    request_deserializer=partialflow_dot_proto_dot_partialflow__pb2.CheckpointRequest.FromString,
+                    response_serializer=partialflow_dot_proto_dot_partialflow__pb2.CheckpointResponse.SerializeToString,
             ),
             'Ping': grpc.unary_unary_rpc_method_handler(
                     servicer.Ping,
@@ -491,6 +508,33 @@ class Partialflow:
             '/partialflow.v1.Partialflow/Load',
             partialflow_dot_proto_dot_partialflow__pb2.LoadRequest.SerializeToString,
             partialflow_dot_proto_dot_partialflow__pb2.LoadProgress.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Checkpoint(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/partialflow.v1.Partialflow/Checkpoint',
+            partialflow_dot_proto_dot_partialflow__pb2.CheckpointRequest.SerializeToString,
+            partialflow_dot_proto_dot_partialflow__pb2.CheckpointResponse.FromString,
             options,
             channel_credentials,
             insecure,

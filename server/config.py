@@ -92,6 +92,10 @@ class Config:
     # against Spark at the LSN they were served at (0 = off), at most so many per second.
     verify_sample: float = 0.0
     verify_max_per_second: float = 2.0
+    # Dataflow checkpoints: every so many seconds (0 = off), into this directory (None:
+    # ``checkpoints`` under the data directory). Only changed keys are written each time.
+    checkpoint_interval: float = 10.0
+    checkpoint_dir: str | None = None
 
     def __post_init__(self) -> None:
         if not self.data_dir:
@@ -115,7 +119,7 @@ class Config:
         for name in ("workers", "flush_rows", "max_segments"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"invalid {name} {getattr(self, name)}: must be positive")
-        for name in ("upquery_timeout", "flush_interval", "grace"):
+        for name in ("upquery_timeout", "flush_interval", "grace", "checkpoint_interval"):
             if getattr(self, name) < 0:
                 raise ValueError(f"invalid {name} {getattr(self, name)}: must not be negative")
         if not 0 <= self.verify_sample <= 1:
@@ -128,6 +132,13 @@ class Config:
     @property
     def tls(self) -> bool:
         return self.tls_cert is not None
+
+    @property
+    def checkpoint_path(self) -> str | None:
+        """Where checkpoints go, or None when they are off."""
+        if self.checkpoint_interval <= 0:
+            return None
+        return self.checkpoint_dir or os.path.join(self.data_dir, "checkpoints")
 
 
 # -- the serve flags ---------------------------------------------------------------------
@@ -248,6 +259,20 @@ SERVE_OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "--grace", "grace", _float, "seconds in-flight calls get on SIGTERM (default 5)", "SECONDS"
+    ),
+    Option(
+        "--checkpoint-interval",
+        "checkpoint_interval",
+        _float,
+        "checkpoint the views' state this often, only what changed (default 10; 0: off)",
+        "SECONDS",
+    ),
+    Option(
+        "--checkpoint-dir",
+        "checkpoint_dir",
+        str,
+        "where checkpoints go (default DIR/checkpoints under --data)",
+        "DIR",
     ),
     Option(
         "--verify-sample",

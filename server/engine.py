@@ -16,12 +16,14 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import sqlglot.expressions as exp
 
 from partialflow.operators.values import COLUMN_TYPES, column_type_names
 from partialflow.server.bulk import BulkLoader, Progress
+from partialflow.server.checkpoint import CheckpointStore
 from partialflow.server.config import Config
 from partialflow.server.dataflow import Dataflow
 from partialflow.server.errors import (
@@ -181,6 +183,13 @@ class Engine:
     def __init__(self, config: Config, spark: Any) -> None:
         self.config = config
         self.spark = spark
+        # Checkpoints first: storage must keep the log from the oldest one kept, and its
+        # background threads start in open().
+        path = config.checkpoint_path
+        self.checkpoints = (
+            CheckpointStore(Path(path), on_retained=lambda lsn: self.storage.hold_wal(lsn))
+            if path is not None else None
+        )
         self.storage = Storage(
             config.data_dir,
             spark,
@@ -188,6 +197,7 @@ class Engine:
             flush_interval=config.flush_interval,
             retention_lsns=config.retention_lsns,
             max_segments=config.max_segments,
+            wal_hold=self.checkpoints.newest_lsn() if self.checkpoints is not None else None,
         )
         self.storage.open()
         self.dataflow: Any = None
@@ -199,6 +209,8 @@ class Engine:
                 SparkUpqueryRunner(spark, self.storage),
                 memory_limit=config.memory_limit,
                 upquery_timeout=config.upquery_timeout,
+                checkpoints=self.checkpoints,
+                checkpoint_interval=config.checkpoint_interval,
             )
             self.dataflow.start()
             self.verifier = attach_verifier(
@@ -208,6 +220,10 @@ class Engine:
                 max_per_second=config.verify_max_per_second,
             )
         except BaseException:
+            if self.dataflow is not None:
+                self.dataflow.close()
+            elif self.checkpoints is not None:
+                self.checkpoints.close()
             self.storage.close()
             raise
         # Write throughput for stats and metrics: storage counts LSNs, not rows.
@@ -485,6 +501,10 @@ class Engine:
         """Flush logged writes to Parquet segments; returns the last LSN."""
         self.storage.flush()
         return self.storage.last_lsn
+
+    def checkpoint(self, timeout: float = 600.0) -> dict:
+        """Take a dataflow checkpoint now; returns its seq, LSN, kind, bytes, duration."""
+        return self._views().checkpoint(timeout)
 
     def compact(self, table: str | None = None) -> dict:
         """Compact one table (or all); returns storage's report."""

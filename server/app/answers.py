@@ -54,6 +54,9 @@ def stats_message(stats: Mapping[str, Any]) -> pb.StatsResponse:
             _scalars(out.verifier.last_mismatch, {k: v for k, v in last.items() if k != "key"})
             for value in last.get("key") or ():
                 set_value(out.verifier.last_mismatch.key.add(), value, lenient=True)
+    checkpoint = stats.get("checkpoint")
+    if checkpoint is not None:
+        _scalars(out.checkpoint, checkpoint)
     for name, value in stats.items():
         # bool is an int too, but no counter is a flag; floats are not counters.
         if name not in _OWN_FIELDS and type(value) is int:

@@ -295,6 +295,12 @@ class PartialflowServicer(pb_grpc.PartialflowServicer):
         table = request.table if request.HasField("table") else None
         return compact_message(self.engine.compact(table))
 
+    @_rpc
+    def Checkpoint(
+        self, request: pb.CheckpointRequest, context: grpc.ServicerContext
+    ) -> pb.CheckpointResponse:
+        return pb.CheckpointResponse(**self.engine.checkpoint())
+
     @_rpc_stream
     def Load(self, request: pb.LoadRequest, context: grpc.ServicerContext) -> Any:
         check_load(request)

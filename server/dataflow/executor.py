@@ -37,6 +37,7 @@ from itertools import groupby
 from typing import Any
 
 from partialflow.operators.base import Delta, Row
+from partialflow.server.dataflow.checkpointer import Checkpointer
 from partialflow.server.dataflow.downstream import downstream_keys
 from partialflow.server.dataflow.evictor import Evictor
 from partialflow.server.dataflow.fill import Captured, Held, HeldJoin, HeldNode, HeldRows
@@ -93,6 +94,8 @@ class Executor:
         self._running = False
         self._last_expiry = clock()
         self._thread: threading.Thread | None = None
+        # Takes checkpoints at packet boundaries (checkpointer.py); None when they are off.
+        self.checkpointer: Checkpointer | None = None
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self, threaded: bool = True) -> None:
@@ -112,6 +115,16 @@ class Executor:
     def submit(self, packet: Packet) -> None:
         """Queue a packet (any thread)."""
         self._queue.put(packet)
+
+    def has_queued(self) -> bool:
+        """Packets are waiting (background work should yield to them)."""
+        return not self._queue.empty()
+
+    def restart_at(self, lsn: int) -> None:
+        """Start from a checkpoint taken at ``lsn`` (executor thread, before any view):
+        the logged writes after it are replayed next."""
+        self.applied_lsn = lsn
+        self.publisher.lsn = lsn
 
     def call(self, fn: Callable[[], Any]) -> Future:
         """Run ``fn`` on the executor thread, in order with everything else."""
@@ -246,6 +259,8 @@ class Executor:
             self._account_changes()
         self.account_reads()
         self.publisher.publish(self.applied_lsn)
+        if self.checkpointer is not None:  # a consistent cut: everything filled is exact
+            self.checkpointer.after_packet()
 
     def _account_changes(self) -> None:
         changed, self._changed = self._changed, {}
@@ -449,6 +464,8 @@ class Executor:
     # -- views coming and going (on the executor thread) -------------------------------
     def register_states(self, states: list[State]) -> None:
         self.evictor.register(states)
+        if self.checkpointer is not None:
+            self.checkpointer.registered(states)
 
     def forget_states(self, states: list[State]) -> None:
         for st in states:

@@ -16,12 +16,15 @@ from collections.abc import Callable
 from typing import Any
 
 from partialflow.operators.base import Row
+from partialflow.server.checkpoint import CheckpointStore
+from partialflow.server.dataflow.checkpointer import Checkpointer
 from partialflow.server.dataflow.executor import Executor
 from partialflow.server.dataflow.fill import Waiter
 from partialflow.server.dataflow.graph import Graph, Reader
 from partialflow.server.dataflow.materialize import states_of
 from partialflow.server.dataflow.packets import Write
 from partialflow.server.dataflow.reads import Param, Read, check_key, parameters
+from partialflow.server.dataflow.recovery import recover
 from partialflow.server.dataflow.runner import UpqueryRunner
 from partialflow.server.dataflow.state import State
 from partialflow.server.errors import (
@@ -31,6 +34,7 @@ from partialflow.server.errors import (
     InvalidArgument,
     NotFound,
     ResourceExhausted,
+    Unavailable,
 )
 from partialflow.server.sql.planner import Planner, ViewPlan
 
@@ -53,6 +57,8 @@ class Dataflow:
         memory_limit: int | None = None,
         upquery_timeout: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
+        checkpoints: CheckpointStore | None = None,
+        checkpoint_interval: float = 0.0,
     ) -> None:
         self.storage = storage
         self.graph = Graph()
@@ -73,24 +79,94 @@ class Dataflow:
         # Called for every key a lookup served (rows as returned), on the reading thread.
         # For the background verifier; keep them cheap.
         self.read_observers: list[ReadObserver] = []
+        if checkpoints is not None:
+            self.executor.checkpointer = Checkpointer(
+                self.executor, checkpoints, interval=checkpoint_interval,
+                table_ids=storage.table_ids, clock=clock,
+            )
         executor = self.executor
         storage.subscribe(lambda rec: executor.submit(Write(rec)))
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self, threaded: bool = True) -> None:
         """Start the executor (``threaded=False``: stepped, for tests) and the runner, and
-        re-create the persisted views (their state starts empty)."""
+        re-create the persisted views: from the newest checkpoint where there is one
+        (``recovery.py``), else with empty state."""
         self.executor.start(threaded)
         self.runner.start()
-        for name, sql in self.storage.views():
+        views = self.storage.views()
+        cp = self.executor.checkpointer
+        if cp is not None:
+            views = recover(self, views, self.upquery_timeout * 10)
+        for name, sql in views:
             try:
                 self._create(name, sql, persist=False)
             except Exception as e:
                 log.error("could not re-create view %s: %s", name, e)
+        if cp is not None:
+            cp.enabled = True
+
+    def checkpoint(self, timeout: float) -> dict:
+        """Take a checkpoint now; returns its figures (FailedPrecondition when off)."""
+        cp = self.executor.checkpointer
+        if cp is None:
+            raise FailedPrecondition("checkpoints are off (--checkpoint-interval 0)")
+        try:
+            m = cp.request().result(timeout)
+        except TimeoutError:
+            raise DeadlineExceeded(f"the checkpoint did not finish within {timeout:g} s") from None
+        except RuntimeError as e:
+            raise Unavailable(f"checkpoint failed: {e}") from None
+        return {"seq": m.seq, "lsn": m.lsn, "kind": m.kind, "bytes": m.bytes_written,
+                "duration_s": round(m.duration_s, 3), "chain_files": len(m.files)}
+
+    def adopt_view(self, name: str, sql: str,
+                   contents_for: Callable[[State], dict[Row, Any] | None]
+                   ) -> list[tuple[State, int]] | None:
+        """Recovery: install a persisted view whose states take their keys from a
+        checkpoint (``contents_for``: a state's checkpointed keys, None if it has none).
+        Returns (state, keys restored) for each state restored, or None, changing
+        nothing, when a full state of the view is not in the checkpoint."""
+        used: set[str] = set()
+        plan = Planner(self._table_columns, lambda v: self._view_plan(v, used)).plan(sql)
+        params = parameters(plan, self._column_info)
+        ex = self.executor
+
+        def go() -> list[tuple[State, int]] | None:
+            known = set(ex.evictor.states)
+            reader, new_full = self.graph.add_view(name, sql, plan)
+            new = list({st.sid: st for n in reader.nodes for st in states_of(n)
+                        if st.sid not in known}.values())
+            got = {st.sid: contents_for(st) for st in new}
+            if any(() not in (got[st.sid] or {}) for st in new_full):
+                self.graph.remove_view(name)
+                return None
+            ex.register_states(new)
+            out = []
+            for st in new:
+                contents = got[st.sid]
+                if contents is None:
+                    continue
+                for fk, bucket in contents.items():
+                    st.restore(fk, bucket)
+                    ex.changed(st, fk)
+                out.append((st, len(contents)))
+            return out
+
+        restored = ex.call(go).result()
+        if restored is not None:
+            self._params[name] = params
+            self.deps[name] = used
+        return restored
 
     def close(self) -> None:
+        cp = self.executor.checkpointer
+        if cp is not None:
+            self.executor.call(cp.abort).result()
         self.executor.stop()
         self.runner.close()
+        if cp is not None:
+            cp.store.close()
         # Free the states now, by reference counting, on the closing thread. Left to the
         # cycle collector (states, nodes and the executor refer to each other), a large
         # state is freed by whichever full collection comes next, a stop-the-world pause
@@ -321,6 +397,7 @@ class Dataflow:
                 "spark_jobs": self.runner.jobs,
                 "state_anomalies": sum(st.anomalies for st in ev.states.values()),
                 **dict(ex.stats.counters),
+                **({"checkpoint": ex.checkpointer.stats()} if ex.checkpointer else {}),
             }
 
 

@@ -71,6 +71,13 @@ class State:
     # Filled keys blocked on an index fill (fill.py): their buckets, kept aside while the
     # key is pending on that fill.
     _blocked: dict[Row, Bucket] = field(default_factory=dict, repr=False)
+    # What changed since the last checkpoint capture (checkpointer.py), None while
+    # checkpoints are off: fill keys that became filled or stopped being filled, and index
+    # keys (group keys) whose contents changed.
+    _dirty_fk: set[Row] | None = field(default=None, repr=False)
+    _dirty_ik: set[Row] | None = field(default=None, repr=False)
+    # Not yet captured since it was created: its next capture starts from nothing.
+    fresh: bool = True
     # -- keys (set in __post_init__) -------------------------------------------------
     # row -> its fill key; row -> its index key; index key (for a grouped state: group
     # key) -> its fill key.
@@ -95,6 +102,7 @@ class State:
         self._blocked.clear()
         self._sizes.clear()
         self._pending.clear()
+        self._dirty_fk = self._dirty_ik = None
 
     # -- hole, pending or filled -------------------------------------------------------
     def lookup(self, fk: Row) -> KeyStatus:
@@ -132,12 +140,45 @@ class State:
     def has_pending(self) -> bool:
         return bool(self._pending)
 
+    # -- checkpoints -------------------------------------------------------------------
+    def track_changes(self) -> None:
+        """Start recording what changes, for incremental checkpoints."""
+        if self._dirty_fk is None:
+            self._dirty_fk, self._dirty_ik = set(), set()
+
+    def take_changes(self) -> tuple[set[Row], set[Row]]:
+        """(fill keys, index keys) changed since the last call; tracking goes on."""
+        fks, iks = self._dirty_fk or set(), self._dirty_ik or set()
+        if self._dirty_fk is not None:
+            self._dirty_fk, self._dirty_ik = set(), set()
+        return fks, iks
+
+    def restore(self, fk: Row, bucket: Bucket) -> None:
+        """Make ``fk`` filled with a checkpointed bucket (recovery, before any update),
+        sized as ``apply_row``/``set_entry`` would have sized it."""
+        size = BUCKET_OVERHEAD
+        if self.kind == "rows":
+            for bag in bucket.values():
+                for row, n in bag.items():
+                    size += row_size(row) * n
+        else:
+            for group, entry in bucket.items():
+                size += self._entry_size(entry) + row_size(group)
+        self._buckets[fk] = bucket
+        self._sizes[fk] = size
+        self._moved(fk)
+
+    def _moved(self, fk: Row) -> None:
+        if self._dirty_fk is not None:
+            self._dirty_fk.add(fk)
+
     # -- moving keys (executor thread only) ------------------------------------------
     def fill(self, fk: Row) -> Bucket:
         """Make ``fk`` filled with an empty bucket (the caller loads it); returns it."""
         bucket: Bucket = {}
         self._buckets[fk] = bucket
         self._sizes[fk] = BUCKET_OVERHEAD
+        self._moved(fk)
         return bucket
 
     def mark_pending(self, fk: Row, fill: Fill) -> None:
@@ -150,12 +191,14 @@ class State:
             del self._pending[fk]
             if self._blocked.pop(fk, None) is not None:
                 self._sizes.pop(fk, None)
+                self._moved(fk)
             return True
         return False
 
     def forget_pending(self) -> None:
         for fk in self._blocked:
             self._sizes.pop(fk, None)
+            self._moved(fk)
         self._blocked.clear()
         self._pending.clear()
 
@@ -164,6 +207,7 @@ class State:
         and updates are held by the fill until ``unblock``."""
         self._blocked[fk] = self._buckets.pop(fk)
         self._pending[fk] = fill
+        self._moved(fk)  # a checkpoint records a blocked key as a hole
 
     def unblock(self, fk: Row, fill: Fill) -> bool:
         """``fill`` landed: blocked ``fk`` is filled with its rows again; False if it was
@@ -172,6 +216,7 @@ class State:
             return False
         del self._pending[fk]
         self._buckets[fk] = self._blocked.pop(fk)
+        self._moved(fk)
         return True
 
     def is_blocked(self, fk: Row) -> bool:
@@ -181,6 +226,7 @@ class State:
         """Turn a filled (or blocked) key back into a hole; returns the bytes released."""
         self._buckets.pop(fk, None)
         self._blocked.pop(fk, None)
+        self._moved(fk)
         return self._sizes.pop(fk, 0)
 
     # -- rows states -----------------------------------------------------------------
@@ -190,6 +236,8 @@ class State:
         # aggregate's entry) carry NaN objects of their own; one NaN keeps them one row.
         row = canonical_row(row)
         ik = self.index_key_of_row(row)
+        if self._dirty_ik is not None:
+            self._dirty_ik.add(ik)
         bag = bucket.get(ik)
         if bag is None:
             bag = bucket[ik] = {}
@@ -234,6 +282,8 @@ class State:
     def set_entry(self, fk: Row, group: Row, entry: Any, size: int) -> None:
         """Set (``entry`` None: remove) a group's entry in filled key ``fk``."""
         bucket = self._buckets[fk]
+        if self._dirty_ik is not None:
+            self._dirty_ik.add(group)
         if entry is not None:
             old = bucket.get(group)
             bucket[group] = entry

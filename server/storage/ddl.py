@@ -104,6 +104,12 @@ class CatalogOps:
         with self._lock:
             return self._entry(name).schema
 
+    def table_ids(self) -> dict[str, int]:
+        """Each live table's catalog id by lower-cased name: a table dropped and created
+        again under its name gets a new id (checkpoints tell the two apart by it)."""
+        with self._lock:
+            return {name: e.id for name, e in self._catalog.tables.items()}
+
     def tables(self) -> list[TableSchema]:
         with self._lock:
             return [e.schema for e in sorted(self._catalog.tables.values(), key=lambda e: e.id)]

@@ -64,10 +64,13 @@ def flush(st: Storage) -> None:
 
 
 def truncate_wal(st: Storage) -> int:
-    """Delete WAL files whose records are all in Parquet and in the (made durable) row index."""
+    """Delete WAL files whose records are all in Parquet and in the (made durable) row index,
+    and not held for checkpoint recovery (``Storage.wal_hold``)."""
     assert st._wal is not None and st._index is not None
     with st._lock:
         safe = min(st._manifest.flushed_lsn, st._index_lsn)
+        if st.wal_hold is not None:
+            safe = min(safe, st.wal_hold)
     with st._wal_lock:
         if not st._wal.coverable(safe):
             return 0

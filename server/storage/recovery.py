@@ -19,6 +19,7 @@ import logging
 import shutil
 import sqlite3
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,6 +28,7 @@ import pyarrow.parquet as pq
 
 from partialflow.server.errors import FailedPrecondition
 from partialflow.server.storage.catalog import Catalog, Manifest, TableEntry
+from partialflow.server.storage.record import WriteRecord
 from partialflow.server.storage.rowindex import RowIndex, key_hashes, row_hashes
 from partialflow.server.storage.schema import DIFF_COL
 from partialflow.server.storage.segments import MemEntry
@@ -219,3 +221,33 @@ def _remove(p: Path) -> None:
         shutil.rmtree(p, ignore_errors=True)
     else:
         p.unlink(missing_ok=True)
+
+
+def log_records(st: Storage, after: int, upto: int) -> Iterator[WriteRecord]:
+    """The writes after ``after`` up to ``upto`` as WriteRecords, read back from the log
+    (``Storage.log_records``). Their rows decode exactly as the committer delivered them:
+    deletes first, then inserts, from the same Arrow batch."""
+    with st._lock:
+        by_id = st._catalog.by_id()
+    schemas = {tid: (e.schema.name, e.schema.arrow_schema()) for tid, e in by_id.items()}
+    expect = after + 1
+    for rec in read_wal(st.wal_dir, repair=False):
+        if rec.lsn <= after:
+            continue
+        if rec.lsn > upto:
+            break
+        if rec.lsn != expect:
+            raise FailedPrecondition(
+                f"the write-ahead log no longer holds LSN {expect} (it starts at {rec.lsn})"
+            )
+        expect = rec.lsn + 1
+        named = schemas.get(rec.table_id)
+        if named is None:
+            continue  # a dropped table's write
+        rows = batch_rows(decode_batch(rec.body, named[1]))
+        diffs = (-1,) * rec.ndel + (1,) * (len(rows) - rec.ndel)
+        yield WriteRecord(rec.lsn, named[0], tuple(rows), diffs)
+    if expect <= upto:
+        raise FailedPrecondition(
+            f"the write-ahead log ends before LSN {expect}; LSNs up to {upto} are durable"
+        )

@@ -26,7 +26,7 @@ import threading
 import time
 from bisect import bisect_right
 from collections import Counter, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
@@ -44,7 +44,7 @@ from partialflow.server.storage.rowindex import RowIndex, key_hashes, row_hashes
 from partialflow.server.storage.schema import coerce_rows
 from partialflow.server.storage.segments import MemEntry
 from partialflow.server.storage.snapshot import Snapshot, TableView
-from partialflow.server.storage.wal import WalWriter
+from partialflow.server.storage.wal import WalWriter, list_wal_files
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +70,7 @@ class Storage(CatalogOps):
         max_segments: int = 16,
         wal_rotate_bytes: int = 64 << 20,
         max_index_backlog: int = 2_000_000,
+        wal_hold: int | None = None,
     ) -> None:
         self.data_dir = Path(data_dir).absolute()
         self.spark = spark
@@ -79,6 +80,10 @@ class Storage(CatalogOps):
         self.max_segments = int(max_segments)
         self.wal_rotate_bytes = int(wal_rotate_bytes)
         self.max_index_backlog = int(max_index_backlog)
+        # Log records after this LSN are kept even once they are in Parquet: dataflow
+        # checkpoints recover by replaying them (``hold_wal``). Set before the threads
+        # start, so a restart can't truncate what the newest checkpoint needs.
+        self.wal_hold = wal_hold
         self.tables_dir = self.data_dir / "tables"
         self.wal_dir = self.data_dir / "wal"
         self.catalog_path = self.data_dir / "catalog.json"
@@ -222,6 +227,26 @@ class Storage(CatalogOps):
         after the record is durable and before its writer is acknowledged. Keep it fast."""
         with self._lock:
             self._subscribers = self._subscribers + [fn]
+
+    def hold_wal(self, lsn: int | None) -> None:
+        """Keep log records with LSN > ``lsn`` (None: no hold) until told otherwise."""
+        with self._lock:
+            self.wal_hold = lsn
+
+    def log_start(self) -> int:
+        """The first LSN the write-ahead log holds (``last_lsn + 1`` when it holds none)."""
+        with self._wal_lock:
+            files = list_wal_files(self.wal_dir)
+        for first, path in files:
+            if path.stat().st_size > 0:
+                return first
+        return self.last_lsn + 1
+
+    def log_records(self, after: int, upto: int) -> Iterator[WriteRecord]:
+        """The durable writes with ``after`` < LSN <= ``upto``, in LSN order, read back
+        from the log (records of tables dropped since are skipped). FailedPrecondition if
+        the log no longer holds all of them."""
+        return recovery.log_records(self, after, upto)
 
     @property
     def last_lsn(self) -> int:

@@ -58,12 +58,14 @@ def list_wal_files(wal_dir: Path) -> list[tuple[int, Path]]:
     return out
 
 
-def read_wal(wal_dir: Path) -> Iterator[WalEntry]:
+def read_wal(wal_dir: Path, repair: bool = True) -> Iterator[WalEntry]:
     """Yield every intact record in LSN order, truncating a torn or corrupt tail.
 
     A bad frame can only legitimately be at the end of the newest file (the committer only
     ever appends there, and a record is acknowledged only after its fsync): it is truncated.
     A bad frame anywhere else means acknowledged data is damaged, so opening is refused.
+    ``repair=False`` reads a log that is open for appending: it stops at a bad frame in the
+    newest file (a record being appended) instead of truncating it.
     """
     files = list_wal_files(wal_dir)
     prev_next: int | None = None
@@ -100,6 +102,8 @@ def read_wal(wal_dir: Path) -> Iterator[WalEntry]:
                         f"write-ahead log {path} is corrupt at offset {pos} ({bad}) and is not "
                         "the newest log file; refusing to open (acknowledged writes would be lost)"
                     )
+                if not repair:
+                    break
                 log.warning("truncating torn WAL tail of %s at offset %d (%s)", path, pos, bad)
                 with open(path, "r+b") as f:
                     f.truncate(pos)

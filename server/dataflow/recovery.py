@@ -1,0 +1,120 @@
+"""Starting warm: load the newest valid checkpoint, replay the log after it, then serve.
+
+1. The newest checkpoint that is intact, not ahead of storage, and whose LSN C the
+   write-ahead log still covers from, is loaded (the store skips damaged ones, logging
+   why, and falls back to the one before; with none, every view starts cold).
+2. The executor restarts at C. Each persisted view is planned and installed as usual, but
+   its states take their contents from the checkpoint instead of Spark: a state restores
+   what the checkpoint holds under its signature (``checkpointer.state_signature``: the
+   subgraph it materializes over the same table ids). A view whose full state is not in
+   the checkpoint (created after C, or planned differently now) is left for step 4, with
+   any view defined over it.
+3. The writes after C are read back from the log and replayed through the dataflow, the
+   same path live writes take, so every restored key is exact at the last durable LSN.
+4. The views left over are created cold (full state from Spark at that LSN).
+
+Keys pending at C are holes in the checkpoint; a restored key whose key below is not
+restored (it can't have happened, but a hole is always safe) is evicted.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from partialflow.server.checkpoint import Contents, Manifest
+from partialflow.server.dataflow.packets import Write
+from partialflow.server.dataflow.state import State
+
+if TYPE_CHECKING:
+    from partialflow.server.dataflow.executor import Executor
+    from partialflow.server.dataflow.facade import Dataflow
+
+log = logging.getLogger("partialflow.checkpoint")
+
+REPLAY_BATCH = 10_000  # log records queued before waiting for the executor to catch up
+
+
+def recover(df: Dataflow, views: list[tuple[str, str]], timeout: float) -> list[tuple[str, str]]:
+    """Restore what the newest usable checkpoint holds; returns the views still to be
+    created cold, in catalog order."""
+    cp = df.executor.checkpointer
+    assert cp is not None
+    t0 = time.monotonic()
+    storage = df.storage
+    last = storage.last_lsn
+    loaded = cp.store.load(lambda m: _unusable(m, last, storage.log_start()))
+    if loaded is None:
+        df.executor.call(lambda: cp.start_tracking(set())).result()
+        cp.recovery = {"recovered_from": None, "recovery_s": round(time.monotonic() - t0, 3)}
+        log.info("no usable checkpoint: views start cold")
+        return views
+    m, contents = loaded
+    ex = df.executor
+    ex.call(lambda: ex.restart_at(m.lsn)).result()
+    restored: set[int] = set()
+    cold: list[tuple[str, str]] = []
+    keys = 0
+    for name, sql in views:
+        try:
+            got = df.adopt_view(name, sql, lambda st: _contents_for(cp, st, contents))
+        except Exception as e:  # e.g. defined over a view that is left cold
+            log.info("view %s starts cold: %s", name, e)
+            got = None
+        if got is None:
+            cold.append((name, sql))
+            continue
+        for st, n in got:
+            restored.add(st.sid)
+            keys += n
+
+    def settle() -> None:
+        _drop_orphans(ex)
+        cp.start_tracking(restored)
+
+    ex.call(settle).result()
+    replayed = _replay(df, m.lsn, last, timeout)
+    cp.recovery = {
+        "recovered_from": m.seq, "recovered_lsn": m.lsn, "recovered_keys": keys,
+        "replayed_writes": replayed, "cold_views": [n for n, _ in cold],
+        "recovery_s": round(time.monotonic() - t0, 3),
+    }
+    log.info("recovered from checkpoint %d at LSN %d: %d keys in %d states, %d writes "
+             "replayed, %d view(s) cold, in %.2f s", m.seq, m.lsn, keys, len(restored),
+             replayed, len(cold), time.monotonic() - t0)
+    return cold
+
+
+def _unusable(m: Manifest, last: int, log_start: int) -> str | None:
+    if m.lsn > last:
+        return f"it is at LSN {m.lsn}, after the last durable write {last}"
+    if m.lsn < last and log_start > m.lsn + 1:
+        return f"the write-ahead log starts at LSN {log_start}, after it"
+    return None
+
+
+def _contents_for(cp: Any, st: State, contents: Contents) -> dict[Any, dict[Any, Any]] | None:
+    return contents.get(cp.signature(st))
+
+
+def _drop_orphans(ex: Executor) -> None:
+    """Evict restored keys whose same key below is not filled (see module docstring)."""
+    for st in sorted(ex.evictor.states.values(), key=lambda s: s.node.nid):
+        for fk in st.filled_keys():
+            if any(not b.is_filled(fk) for b in st.below):
+                log.warning("state %s: restored key %r has no key below; evicted", st.label, fk)
+                ex.evictor.evict(st, fk)
+
+
+def _replay(df: Dataflow, after: int, last: int, timeout: float) -> int:
+    """Replay the logged writes (after, last] through the executor; wait until applied."""
+    ex = df.executor
+    n = 0
+    for rec in df.storage.log_records(after, last):
+        ex.submit(Write(rec))
+        n += 1
+        if n % REPLAY_BATCH == 0:
+            ex.wait_for(rec.lsn, time.monotonic() + timeout)
+    ex.wait_for(last, time.monotonic() + timeout)
+    return n
