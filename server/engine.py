@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import re
 import threading
 from collections import Counter
@@ -177,6 +178,14 @@ def literal_value(node: exp.Expression) -> Any:
     raise InvalidArgument(f"INSERT: only literal values are supported, not {node.sql()}")
 
 
+def _test_checkpoint_delay() -> float:
+    """Crash tests slow checkpoint writes down (PARTIALFLOW_TEST_CHECKPOINT_DELAY seconds
+    per chunk), honoured only with PARTIALFLOW_TEST_HOOKS=1 like every test hook."""
+    if os.environ.get("PARTIALFLOW_TEST_HOOKS") != "1":
+        return 0.0
+    return float(os.environ.get("PARTIALFLOW_TEST_CHECKPOINT_DELAY") or 0)
+
+
 class Engine:
     """Storage plus dataflow behind one object; every method is safe to call concurrently."""
 
@@ -187,7 +196,8 @@ class Engine:
         # background threads start in open().
         path = config.checkpoint_path
         self.checkpoints = (
-            CheckpointStore(Path(path), on_retained=lambda lsn: self.storage.hold_wal(lsn))
+            CheckpointStore(Path(path), on_retained=lambda lsn: self.storage.hold_wal(lsn),
+                            chunk_delay=_test_checkpoint_delay())
             if path is not None else None
         )
         self.storage = Storage(

@@ -222,7 +222,10 @@ class ChainWriter:
     order given: ``chunk`` appends to the open data file, ``finish`` commits it and its
     manifest and calls back, ``task`` runs any function (compaction, retention)."""
 
-    def __init__(self) -> None:
+    def __init__(self, chunk_delay: float = 0.0) -> None:
+        # Seconds slept after each chunk: crash tests stretch a checkpoint's write with it
+        # so that a kill lands in the middle of one.
+        self.chunk_delay = chunk_delay
         self._jobs: queue.Queue[tuple[str, Any] | None] = queue.Queue()
         self._file: DataFile | None = None
         self._thread = threading.Thread(target=self._loop, name="pf-checkpoint", daemon=True)
@@ -275,6 +278,8 @@ class ChainWriter:
                             self._file.append(arg)
                         except OSError as e:
                             failed = e
+                        if self.chunk_delay:
+                            time.sleep(self.chunk_delay)
                 elif kind == "finish":
                     make, done = arg
                     self._finish(make, done, failed)

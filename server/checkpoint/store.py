@@ -41,17 +41,21 @@ Done = Callable[[Manifest | None, BaseException | None], None]
 
 
 class CheckpointStore:
-    def __init__(self, directory: Path, on_retained: Callable[[int], None] | None = None) -> None:
+    def __init__(self, directory: Path, on_retained: Callable[[int], None] | None = None,
+                 chunk_delay: float = 0.0) -> None:
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
         for tmp in self.dir.glob("*.tmp"):
-            tmp.unlink(missing_ok=True)  # an interrupted write: never part of a checkpoint
+            # An interrupted write (a crash or kill in the middle of a checkpoint): no
+            # manifest names it, so it never was part of a checkpoint.
+            log.info("removing unfinished checkpoint file %s", tmp.name)
+            tmp.unlink(missing_ok=True)
         self.on_retained = on_retained
         self._lock = threading.Lock()
         manifests = list_manifests(self.dir)
         self._seq = manifests[0][0] if manifests else 0
         self.head: Manifest | None = None  # the newest committed checkpoint (writer thread)
-        self.writer = ChainWriter()
+        self.writer = ChainWriter(chunk_delay)
         self.compactions = 0
 
     def close(self) -> None:

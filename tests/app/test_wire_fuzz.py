@@ -624,6 +624,7 @@ def message_of(method: str) -> st.SearchStrategy:
         "Stats": st.just(pb.StatsRequest()),
         "Flush": st.just(pb.FlushRequest()),
         "Ping": st.just(pb.PingRequest()),
+        "Checkpoint": st.just(pb.CheckpointRequest()),
         "Explain": VIEW_NAMES.map(lambda v: pb.ExplainRequest(view=v)),
         "Compact": st.one_of(
             st.just(pb.CompactRequest()),
@@ -643,7 +644,7 @@ def message_of(method: str) -> st.SearchStrategy:
 
 # Weights: writes (checked against the model) most of all.
 METHOD_MIX = (["Write"] * 8 + ["Lookup"] * 3 + ["Execute"] * 3 + ["Query"] * 2
-              + ["Evict", "Stats", "Explain", "Flush", "Compact", "Load", "Ping"])
+              + ["Evict", "Stats", "Explain", "Flush", "Compact", "Load", "Ping", "Checkpoint"])
 
 
 @st.composite
