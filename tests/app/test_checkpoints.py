@@ -25,7 +25,9 @@ WINNING = (
     "SELECT a.id AS auction, a.category AS category, MAX(b.price) AS price "
     "FROM auction a JOIN bid b ON a.id = b.auction GROUP BY a.id, a.category"
 )
-AVG_WINNING = "SELECT category, AVG(price) AS avg_price FROM winning WHERE category = ? GROUP BY category"
+AVG_WINNING = (
+    "SELECT category, AVG(price) AS avg_price FROM winning WHERE category = ? GROUP BY category"
+)
 
 
 def _server(tmp_path, spark, **config):

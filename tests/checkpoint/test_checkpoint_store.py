@@ -17,8 +17,7 @@ import threading
 import pytest
 
 from partialflow.operators.values import NAN
-from partialflow.server.checkpoint import CheckpointStore, Manifest
-from partialflow.server.checkpoint import merge
+from partialflow.server.checkpoint import CheckpointStore, Manifest, merge
 from partialflow.server.checkpoint.files import list_manifests
 
 
