@@ -236,12 +236,17 @@ def zipf_latency(res: dict, out: Path, stamp: str) -> Path | None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     ax = axes[1]
-    rs = res["sections"].get("restart")
-    if rs and rs.get("timeline"):
-        ax.plot([t for t, _ in rs["timeline"]], [h for _, h in rs["timeline"]], ".-",
-                label="hit rate (1 s windows)")
-        ax.axhline(rs["target_hit_rate"], color="red", ls="--", label="target")
-        ax.axvline(rs["start_to_first_read_s"], color="gray", ls=":", label="first read")
+    rs = res["sections"].get("restart") or {}
+    for name, color in (("warm", "tab:green"), ("cold", "tab:blue")):
+        r = rs.get(name)
+        if not r or not r.get("timeline"):
+            continue
+        label = "checkpoints on" if name == "warm" else "checkpoints off"
+        ax.plot([t for t, _ in r["timeline"]], [h for _, h in r["timeline"]], ".-",
+                color=color, label=f"hit rate, {label} (1 s windows)")
+        ax.axvline(r["start_to_serving_s"], color=color, ls=":", label=f"SERVING ({label})")
+        ax.axhline(r["target_hit_rate"], color="red", ls="--", label="target")
+    if rs:
         ax.set_xlabel("seconds since process start")
         ax.set_ylabel("hit rate")
         ax.set_ylim(0, 1.02)

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import checkpoints
 import datasets as ds
 import memory
 import reads
@@ -151,12 +152,33 @@ class Suite:
             return
         cfg = self.cfg
         lim = max(mem["limits"], key=lambda r: r["fraction"])
-        self.sections["restart"] = memory.restart(
-            self.events(), self.pool, view="user_totals", n=cfg["events_keys"], s=cfg["zipf_s"],
-            memory_limit=lim["memory_limit"], target_hit_rate=round(0.9 * lim["hit_rate"], 4),
-            batch=cfg["zipf_batch"], procs=cfg["zipf_procs"], threads=cfg["zipf_threads"],
-            cap=cfg["restart_cap"])
-        self.sections["restart"]["pre_restart_hit_rate"] = lim["hit_rate"]
+        sec: dict[str, Any] = {"pre_restart_hit_rate": lim["hit_rate"]}
+        self.sections["restart"] = sec
+        # Warm first: the cold run starts without checkpoints, and storage then no longer
+        # keeps the log a later warm start would need.
+        for name, on in (("warm", True), ("cold", False)):
+            sec[name] = memory.restart(
+                self.events(), self.pool, view="user_totals", n=cfg["events_keys"],
+                s=cfg["zipf_s"], memory_limit=lim["memory_limit"],
+                target_hit_rate=round(0.9 * lim["hit_rate"], 4), batch=cfg["zipf_batch"],
+                procs=cfg["zipf_procs"], threads=cfg["zipf_threads"],
+                cap=min(30.0, cfg["restart_cap"]) if on else cfg["restart_cap"], checkpoints=on,
+                prefill=int(lim["capacity_keys"] * 0.95))
+            self.save()
+
+    def checkpoints(self) -> None:
+        cfg = self.cfg
+        sec: dict[str, Any] = {}
+        self.sections["checkpoints"] = sec
+        sec["sizes"] = checkpoints.sizes(self.work / "checkpoints", self.spark, cfg["ckpt_sizes"])
+        self.save()
+        v = cfg["visits"]
+        gen = {"gen": "visits", "products": v["products"], "categories": v["categories"]}
+        sec["writes"] = checkpoints.write_cost(
+            self.visits(), self.spark, self.pool, gen=gen,
+            categories=[f"c{i}" for i in range(v["categories"])], batch=cfg["half_peak_batch"],
+            procs=cfg["write_procs"], threads=cfg["write_threads"],
+            seconds=cfg["ckpt_write_seconds"], rounds=cfg["ckpt_rounds"])
 
     def _writes(self, name: str, data: Path, gen: dict, fill: Callable[[Any], None],
                 readers: list[dict], checks: list[tuple]) -> None:

@@ -100,6 +100,7 @@ class EngineCollector(Collector):
         yield from self._storage(stats.get("storage") or {})
         yield from self._dataflow(stats)
         yield from self._verifier(stats.get("verifier") or {})
+        yield from self._checkpoint(stats.get("checkpoint") or {})
 
     def _views(self, views: dict) -> Iterator[Metric]:
         for key, (name, doc) in _VIEW_COUNTERS.items():
@@ -198,6 +199,27 @@ class EngineCollector(Collector):
             ("errors", "Sampled reads that could not be checked (Spark failed)."),
         ):
             yield from _counter(f"partialflow_verifier_{key}", doc, verifier.get(key))
+
+
+    def _checkpoint(self, ck: dict) -> Iterator[Metric]:
+        # Dataflow checkpoints (serve --checkpoint-interval, server/dataflow/checkpointer.py).
+        for key, doc in (
+            ("taken", "Checkpoints written since start."),
+            ("failed", "Checkpoints that failed since start."),
+            ("compactions", "Checkpoint chains merged into one full file."),
+        ):
+            yield from _counter(f"partialflow_checkpoints_{key}", doc, ck.get(key))
+        for key, doc in (
+            ("last_lsn", "LSN of the newest checkpoint."),
+            ("last_age_s", "Seconds since the newest checkpoint was written."),
+            ("last_duration_s", "Seconds the newest checkpoint took, cut to manifest."),
+            ("last_bytes", "Bytes the newest checkpoint wrote (its own file)."),
+            ("chain_bytes", "Bytes recovery would read (the newest checkpoint's chain)."),
+            ("recovery_s", "Seconds recovery took at start."),
+            ("recovered_keys", "Keys restored from a checkpoint at start."),
+            ("replayed_writes", "Logged writes replayed after the checkpoint at start."),
+        ):
+            yield from _gauge(f"partialflow_checkpoint_{key}", doc, ck.get(key))
 
 
 class Metrics:
