@@ -123,17 +123,17 @@ class Dataflow:
 
     def adopt_view(self, name: str, sql: str,
                    contents_for: Callable[[State], dict[Row, Any] | None]
-                   ) -> list[tuple[State, int]] | None:
+                   ) -> list[tuple[State, list[Row]]] | None:
         """Recovery: install a persisted view whose states take their keys from a
         checkpoint (``contents_for``: a state's checkpointed keys, None if it has none).
-        Returns (state, keys restored) for each state restored, or None, changing
+        Returns (state, fill keys restored) for each state restored, or None, changing
         nothing, when a full state of the view is not in the checkpoint."""
         used: set[str] = set()
         plan = Planner(self._table_columns, lambda v: self._view_plan(v, used)).plan(sql)
         params = parameters(plan, self._column_info)
         ex = self.executor
 
-        def go() -> list[tuple[State, int]] | None:
+        def go() -> list[tuple[State, list[Row]]] | None:
             known = set(ex.evictor.states)
             reader, new_full = self.graph.add_view(name, sql, plan)
             new = list({st.sid: st for n in reader.nodes for st in states_of(n)
@@ -151,7 +151,7 @@ class Dataflow:
                 for fk, bucket in contents.items():
                     st.restore(fk, bucket)
                     ex.changed(st, fk)
-                out.append((st, len(contents)))
+                out.append((st, list(contents)))
             return out
 
         restored = ex.call(go).result()

@@ -53,7 +53,7 @@ def recover(df: Dataflow, views: list[tuple[str, str]], timeout: float) -> list[
     m, contents = loaded
     ex = df.executor
     ex.call(lambda: ex.restart_at(m.lsn)).result()
-    restored: set[int] = set()
+    restored: dict[int, tuple[State, list[Any]]] = {}  # sid -> the keys it restored
     cold: list[tuple[str, str]] = []
     keys = 0
     for name, sql in views:
@@ -65,13 +65,19 @@ def recover(df: Dataflow, views: list[tuple[str, str]], timeout: float) -> list[
         if got is None:
             cold.append((name, sql))
             continue
-        for st, n in got:
-            restored.add(st.sid)
-            keys += n
+        for st, fks in got:
+            restored[st.sid] = (st, fks)
+            keys += len(fks)
 
     def settle() -> None:
+        cp.start_tracking(set(restored))
+        # Keys restored but evicted since (over the memory limit) are holes that the
+        # checkpoint chain holds as filled: the next checkpoint must say so.
+        for st, fks in restored.values():
+            for fk in fks:
+                if not st.is_filled(fk):
+                    st.mark_changed(fk)
         _drop_orphans(ex)
-        cp.start_tracking(restored)
 
     ex.call(settle).result()
     replayed = _replay(df, m.lsn, last, timeout)

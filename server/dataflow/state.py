@@ -168,6 +168,10 @@ class State:
         self._sizes[fk] = size
         self._moved(fk)
 
+    def mark_changed(self, fk: Row) -> None:
+        """Record that ``fk`` changed (filled, or not) for the next checkpoint."""
+        self._moved(fk)
+
     def _moved(self, fk: Row) -> None:
         if self._dirty_fk is not None:
             self._dirty_fk.add(fk)
