@@ -251,6 +251,7 @@ class Checkpointer:
             if iks is not None:  # index keys of a key filled before (a hole: copied whole)
                 if bucket is not None:
                     self._record(st, ("I", fk, [(ik, bucket.get(ik)) for ik in iks]), len(iks))
+                    self._record(st, ("S", fk, st.size_of(fk)))
                     yield
                 continue
             if bucket is None:
@@ -264,6 +265,9 @@ class Checkpointer:
                 part = keys[i:i + SLICE]
                 self._record(st, ("I", fk, [(ik, bucket.get(ik)) for ik in part]), len(part))
                 yield
+            # The size now; if the key changes after this step, it is copied again (with
+            # its size) at the finish.
+            self._record(st, ("S", fk, st.size_of(fk)))
 
     def _record(self, st: State, rec: tuple, weight: int = 1) -> None:
         sig = self.signature(st)

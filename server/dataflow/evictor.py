@@ -74,8 +74,10 @@ class Evictor:
             if not st.is_filled(fk):
                 continue  # evicted again in the same packet
             size = st.size_of(fk)
-            old = self._lru.pop((st.sid, fk), 0)
-            self._lru[(st.sid, fk)] = size
+            key = (st.sid, fk)
+            # A new key (a fill) is not in the LRU yet: skip cachetools' costly pop.
+            old = self._lru.pop(key) if key in self._lru else 0
+            self._lru[key] = size
             self.partial_bytes += size - old
         if full_changed:
             self.recount_full()

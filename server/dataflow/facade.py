@@ -122,7 +122,7 @@ class Dataflow:
                 "duration_s": round(m.duration_s, 3), "chain_files": len(m.files)}
 
     def adopt_view(self, name: str, sql: str,
-                   contents_for: Callable[[State], dict[Row, Any] | None]
+                   contents_for: Callable[[State], tuple[dict[Row, Any], dict[Row, int]] | None]
                    ) -> list[tuple[State, list[Row]]] | None:
         """Recovery: install a persisted view whose states take their keys from a
         checkpoint (``contents_for``: a state's checkpointed keys, None if it has none).
@@ -139,17 +139,18 @@ class Dataflow:
             new = list({st.sid: st for n in reader.nodes for st in states_of(n)
                         if st.sid not in known}.values())
             got = {st.sid: contents_for(st) for st in new}
-            if any(() not in (got[st.sid] or {}) for st in new_full):
+            if any(() not in (got[st.sid] or ({},))[0] for st in new_full):
                 self.graph.remove_view(name)
                 return None
             ex.register_states(new)
             out = []
             for st in new:
-                contents = got[st.sid]
-                if contents is None:
+                found = got[st.sid]
+                if found is None:
                     continue
+                contents, sizes = found
                 for fk, bucket in contents.items():
-                    st.restore(fk, bucket)
+                    st.restore(fk, bucket, sizes.get(fk))
                     ex.changed(st, fk)
                 out.append((st, list(contents)))
             return out

@@ -153,9 +153,14 @@ class State:
             self._dirty_fk, self._dirty_ik = set(), set()
         return fks, iks
 
-    def restore(self, fk: Row, bucket: Bucket) -> None:
+    def restore(self, fk: Row, bucket: Bucket, size: int | None = None) -> None:
         """Make ``fk`` filled with a checkpointed bucket (recovery, before any update),
-        sized as ``apply_row``/``set_entry`` would have sized it."""
+        sized as recorded, or as ``apply_row``/``set_entry`` would have sized it."""
+        if size is not None:
+            self._buckets[fk] = bucket
+            self._sizes[fk] = size
+            self._moved(fk)
+            return
         size = BUCKET_OVERHEAD
         if self.kind == "rows":
             for bag in bucket.values():

@@ -111,7 +111,7 @@ def test_a_chain_merges_to_what_was_recorded_and_compacts_to_the_same(tmp_path):
         store.writer.task(lambda: None)
         loaded = CheckpointStore(tmp_path).load(_usable)
         assert loaded is not None
-        m, contents = loaded
+        m, contents, _ = loaded
         assert m.lsn == 10 * (i + 1)
         assert contents == {s: expected.get(s, {}) for s in ("a", "b")}
     assert store.compactions >= 1
@@ -141,7 +141,7 @@ def test_a_damaged_data_file_is_skipped_for_the_one_before(tmp_path, caplog, dam
     with caplog.at_level(logging.WARNING, logger="partialflow.checkpoint"):
         loaded = CheckpointStore(tmp_path).load(_usable)
     assert loaded is not None
-    m, contents = loaded
+    m, contents, _ = loaded
     assert m.lsn == 5
     assert contents["a"] == {(1,): {(1,): {(1, "x"): 1}}}
     assert any(f"checkpoint {m2.seq} skipped" in r.getMessage() for r in caplog.records)
