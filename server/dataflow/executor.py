@@ -116,6 +116,11 @@ class Executor:
         """Queue a packet (any thread)."""
         self._queue.put(packet)
 
+    @property
+    def threaded(self) -> bool:
+        """Runs its own thread (not stepped by a test)."""
+        return self._threaded
+
     def has_queued(self) -> bool:
         """Packets are waiting (background work should yield to them)."""
         return not self._queue.empty()

@@ -164,7 +164,7 @@ class Dataflow:
     def close(self) -> None:
         cp = self.executor.checkpointer
         if cp is not None:
-            if cp.enabled:
+            if cp.enabled and self.executor.threaded:
                 # A last checkpoint at shutdown (only what changed since the previous one):
                 # the restart then replays nothing and starts as warm as it stopped.
                 try:

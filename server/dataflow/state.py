@@ -156,11 +156,13 @@ class State:
     def restore(self, fk: Row, bucket: Bucket, size: int | None = None) -> None:
         """Make ``fk`` filled with a checkpointed bucket (recovery, before any update),
         sized as recorded, or as ``apply_row``/``set_entry`` would have sized it."""
-        if size is not None:
-            self._buckets[fk] = bucket
-            self._sizes[fk] = size
-            self._moved(fk)
-            return
+        self._buckets[fk] = bucket
+        self._sizes[fk] = size if size is not None else self.measured_size(fk)
+        self._moved(fk)
+
+    def measured_size(self, fk: Row) -> int:
+        """A filled key's bytes measured afresh (what the running total must equal)."""
+        bucket = self._buckets[fk]
         size = BUCKET_OVERHEAD
         if self.kind == "rows":
             for bag in bucket.values():
@@ -169,9 +171,7 @@ class State:
         else:
             for group, entry in bucket.items():
                 size += self._entry_size(entry) + row_size(group)
-        self._buckets[fk] = bucket
-        self._sizes[fk] = size
-        self._moved(fk)
+        return size
 
     def mark_changed(self, fk: Row) -> None:
         """Record that ``fk`` changed (filled, or not) for the next checkpoint."""

@@ -79,6 +79,25 @@ class Model:
     def drop_view(self, name: str) -> None:
         self._views.pop(name, None)
 
+    # -- what recovery from a checkpoint uses ----------------------------------------------
+    def table_ids(self) -> dict[str, int]:
+        return {name: i for i, name in enumerate(self.tables, 1)}
+
+    def log_start(self) -> int:
+        return 1
+
+    def log_records(self, after: int, upto: int) -> list[Record]:
+        """The writes after ``after`` up to ``upto``, as they were delivered."""
+        out: list[Record] = []
+        for lsn, table, row, d in self.history:
+            if after < lsn <= upto:
+                if out and out[-1].lsn == lsn:
+                    last = out[-1]
+                    out[-1] = Record(lsn, table, last.rows + (row,), last.diffs + (d,))
+                else:
+                    out.append(Record(lsn, table, (row,), (d,)))
+        return out
+
     # -- writing -----------------------------------------------------------------------
     def create_table(self, name: str, columns: Sequence[tuple[str, str]]) -> None:
         self.tables[name] = Table(name, tuple(Column(n, t) for n, t in columns))

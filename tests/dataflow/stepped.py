@@ -11,12 +11,14 @@ from __future__ import annotations
 import logging
 import math
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from fake_runner import FakeRunner, node_rows, state_rows
 from model import Model, SqliteOracle
 
 from partialflow.operators.base import GroupedOperator, Row
+from partialflow.server.checkpoint import CheckpointStore
 from partialflow.server.dataflow import Dataflow
 from partialflow.server.dataflow.executor import EXPIRY_EVERY
 from partialflow.server.dataflow.packets import Tick
@@ -39,12 +41,17 @@ class Clock:
 
 
 class Harness:
-    def __init__(self, *, memory_limit: int | None = None, upquery_timeout: float = 5.0) -> None:
-        self.model = Model()
+    def __init__(self, *, memory_limit: int | None = None, upquery_timeout: float = 5.0,
+                 checkpoints: Path | None = None, model: Model | None = None) -> None:
+        """``checkpoints``: a checkpoint directory (taken on request only; the start
+        recovers from it); ``model``: the base tables of an earlier harness (a restart)."""
+        self.model = model or Model()
         self.runner = FakeRunner(self.model)
         self.clock = Clock()
+        store = CheckpointStore(checkpoints) if checkpoints is not None else None
         self.df = Dataflow(self.model, self.runner, memory_limit=memory_limit,
-                           upquery_timeout=upquery_timeout, clock=self.clock)
+                           upquery_timeout=upquery_timeout, clock=self.clock,
+                           checkpoints=store)
         self.df.start(threaded=False)
         self.ex = self.df.executor
         self.views: dict[str, str] = {}
