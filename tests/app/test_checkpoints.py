@@ -321,3 +321,12 @@ def test_keys_evicted_at_recovery_do_not_come_back_stale(tmp_path, spark):
             assert all(r.rows[0][1] == 2 for r in got.values())
     finally:
         srv.stop()
+
+
+def test_an_unusable_checkpoint_directory_is_refused_at_start(tmp_path, spark):
+    from partialflow.server.errors import FailedPrecondition as ServerFailedPrecondition
+
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(ServerFailedPrecondition, match="cannot use the checkpoint directory"):
+        InProcessServer(tmp_path / "data", spark, checkpoint_dir=str(blocker / "x")).start()
