@@ -37,13 +37,23 @@ from itertools import groupby
 from typing import Any
 
 from partialflow.operators.base import Delta, Row
+from partialflow.server.dataflow.bounds import ColumnInfo, KeyBounds
 from partialflow.server.dataflow.checkpointer import Checkpointer
 from partialflow.server.dataflow.downstream import downstream_keys
 from partialflow.server.dataflow.evictor import Evictor
 from partialflow.server.dataflow.fill import Captured, Held, HeldJoin, HeldNode, HeldRows
 from partialflow.server.dataflow.fills import FillCoordinator
 from partialflow.server.dataflow.graph import Graph, Node
-from partialflow.server.dataflow.packets import Call, FillDone, Miss, Packet, Stop, Tick, Write
+from partialflow.server.dataflow.packets import (
+    BoundLoaded,
+    Call,
+    FillDone,
+    Miss,
+    Packet,
+    Stop,
+    Tick,
+    Write,
+)
 from partialflow.server.dataflow.publish import Publisher
 from partialflow.server.dataflow.runner import UpqueryRunner
 from partialflow.server.dataflow.state import State, StateAccess
@@ -75,6 +85,8 @@ class Executor:
             self, runner, self.stats, upquery_timeout=upquery_timeout, clock=clock
         )
         self.evictor.fills = self.fills
+        # Ranges that prove holes of evict-on-miss indexes empty (bounds.py).
+        self.bounds = KeyBounds(runner, self.submit)
         # Keys filled or changed by the current packet: accounted (LRU, bytes) and
         # republished (readers) when it ends. A dict, not a set: states hash by identity,
         # and the LRU order must not depend on memory addresses (reproducible runs).
@@ -238,6 +250,7 @@ class Executor:
         if isinstance(packet, Write):
             rec = packet.record
             base = self.graph.bases.get(rec.table)
+            self.bounds.on_write(rec.table, rec.rows, rec.diffs)
             if base is not None and base.children:
                 deltas = list(zip(rec.rows, rec.diffs, strict=True))
                 self._propagate([(c, i, deltas) for c, i in base.children], rec.lsn)
@@ -248,6 +261,8 @@ class Executor:
                 self.fills.want(packet.state, k, packet.waiter)
         elif isinstance(packet, FillDone):
             self.fills.finish(packet.fill, packet.results, packet.error)
+        elif isinstance(packet, BoundLoaded):
+            self.bounds.loaded(packet.bound, packet.lo, packet.hi, packet.error)
         elif isinstance(packet, Call):
             try:
                 packet.future.set_result(packet.fn())
@@ -414,6 +429,16 @@ class Executor:
             side = node.sides[m.side]
             fk = side.fill_key_of_index(m.key)
             fill = side.pending_fill(fk)
+            if (fill is None and side.mode == "miss" and lsn > self.applied_lsn
+                    and self._scope is None and self.bounds.excludes(side, fk)):
+                # No row has had this key since the bound's snapshot: the hole is empty
+                # now (and at the snapshot before this write), so an inner join makes
+                # nothing of the delta. Fill it, empty, instead of fetching it.
+                if side.bucket(fk) is None:
+                    side.fill(fk)
+                    self._changed[(side, fk)] = None
+                    self.stats.count("index_keys_bounded")
+                continue
             # The keys above the delta could reach: computed once, for whichever needs them.
             targets = downstream_keys(node, pidx, m.delta[0]) if side.mode == "miss" else None
             if fill is None and side.mode == "miss" and lsn > self.applied_lsn:
@@ -472,8 +497,14 @@ class Executor:
         if self.checkpointer is not None:
             self.checkpointer.registered(states)
 
+    def watch_bounds(self, states: list[State], info: ColumnInfo) -> None:
+        """Key bounds (bounds.py) for the eligible evict-on-miss indexes among ``states``,
+        from the snapshot at the applied LSN."""
+        self.bounds.watch(states, info, self.applied_lsn)
+
     def forget_states(self, states: list[State]) -> None:
         for st in states:
+            self.bounds.forget(st)
             self.evictor.forget(st)
             self.fills.forget(st)
             if st.node.view is not None:

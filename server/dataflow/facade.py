@@ -243,7 +243,9 @@ class Dataflow:
     def _install(self, name: str, sql: str, plan: ViewPlan) -> Waiter | None:
         """On the executor thread: add the view's nodes, start loading its full state."""
         reader, new_full = self.graph.add_view(name, sql, plan)
-        self.executor.register_states([st for n in reader.nodes for st in states_of(n)])
+        states = [st for n in reader.nodes for st in states_of(n)]
+        self.executor.register_states(states)
+        self.executor.watch_bounds(states, self._column_info)
         return self.executor.fills.load_full(new_full) if new_full else None
 
     def _remove(self, name: str) -> None:

@@ -18,7 +18,7 @@ Reply rows per root state ``st`` (keyed by ``st.sid``), only for the keys
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from partialflow.operators.base import Row
 
@@ -29,6 +29,8 @@ FillResults = dict[int, list[Row]]  # root state sid -> its rows
 # Called exactly once per submitted fill, from any thread: (fill, results, None) or
 # (fill, None, error). It only enqueues a packet for the executor.
 Reply = Callable[["Fill", "FillResults | None", "BaseException | None"], None]
+# Called once per bound load, from any thread: (lo, hi, None) or (None, None, error).
+BoundReply = Callable[[Any, Any, "BaseException | None"], None]
 
 
 class UpqueryRunner(Protocol):
@@ -48,6 +50,13 @@ class UpqueryRunner(Protocol):
     def submit(self, fill: Fill, reply: Reply) -> None:
         """Start answering ``fill``; call ``reply`` when done (or never: the fill's
         deadline then fails its reads)."""
+        ...
+
+    def load_bound(self, table: str, column: str, lsn: int, reply: BoundReply) -> None:
+        """Start computing MIN and MAX of ``column`` over every stored change of ``table``
+        up to snapshot ``lsn`` (deleted rows too; both None when there are none), for a
+        key bound (``bounds.py``). Like ``submit``: pins ``lsn`` before returning, never
+        blocks on the answer."""
         ...
 
     def cancel(self, fill: Fill) -> None:

@@ -19,10 +19,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from partialflow.operators.values import canonical_row
 from partialflow.server.dataflow.fill import Fill
-from partialflow.server.dataflow.runner import FillResults, Reply
+from partialflow.server.dataflow.runner import BoundReply, FillResults, Reply
 from partialflow.server.upquery.faults import FaultInjector
 from partialflow.server.upquery.state_plans import state_frame
 
@@ -86,6 +87,31 @@ class SparkUpqueryRunner:
         try:
             self.pool.submit(run)
         except BaseException:  # e.g. shut down: don't leave the snapshot pinned
+            snapshot.close()
+            raise
+
+    def load_bound(self, table: str, column: str, lsn: int, reply: BoundReply) -> None:
+        """MIN and MAX of ``column`` over the stored changes up to ``lsn`` (a key bound)."""
+        snapshot = self.storage.snapshot(lsn)  # pinned now, on the executor thread
+
+        def run() -> None:
+            try:
+                df = snapshot.table_changes_df(table)
+                with self._jobs_lock:
+                    self._jobs += 1
+                row = df.agg(F.min(column), F.max(column)).collect()[0]
+            except Exception as e:  # the bound is only an optimisation
+                log.warning("key bound of %s.%s failed: %s", table, column,
+                            str(e).splitlines()[0] if str(e) else e)
+                reply(None, None, e)
+            else:
+                reply(row[0], row[1], None)
+            finally:
+                snapshot.close()
+
+        try:
+            self.pool.submit(run)
+        except BaseException:
             snapshot.close()
             raise
 

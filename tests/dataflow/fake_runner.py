@@ -30,7 +30,7 @@ from partialflow.operators.join import Join
 from partialflow.operators.topk import TopK
 from partialflow.server.dataflow.fill import Fill
 from partialflow.server.dataflow.graph import Node
-from partialflow.server.dataflow.runner import FillResults, Reply
+from partialflow.server.dataflow.runner import BoundReply, FillResults, Reply
 from partialflow.server.dataflow.state import State
 
 
@@ -46,6 +46,9 @@ class FakeRunner:
         self.auto = False
         self.pending: list[Submitted] = []
         self.cancelled: set[int] = set()  # fids the executor gave up on
+        # Key bound loads (table, column, lsn, reply) not answered yet: answered with the
+        # fills' replies (deliver_all), from the model as of their LSN.
+        self.bounds: list[tuple[str, str, int, BoundReply]] = []
         self._jobs = 0
         self._lock = threading.Lock()
 
@@ -67,6 +70,23 @@ class FakeRunner:
         else:
             self.pending.append(Submitted(fill, reply))
 
+    def load_bound(self, table: str, column: str, lsn: int, reply: BoundReply) -> None:
+        if lsn > self.model.lsn:
+            raise AssertionError(f"key bound at a snapshot beyond the last write {self.model.lsn}")
+        self.bounds.append((table, column, lsn, reply))
+        if self.auto:
+            self.deliver_bounds()
+
+    def deliver_bounds(self) -> None:
+        while self.bounds:
+            table, column, lsn, reply = self.bounds.pop(0)
+            c = self.model.table(table).column_names.index(column)
+            # Every row ever inserted up to ``lsn``, deleted ones too, as Spark's answer
+            # over the stored changes (a superset of the live rows' values is enough).
+            values = [row[c] for at, t, row, d in self.model.history
+                      if at <= lsn and t == table and d > 0 and row[c] is not None]
+            reply(min(values, default=None), max(values, default=None), None)
+
     def cancel(self, fill: Fill) -> None:
         self.cancelled.add(fill.fid)
 
@@ -87,6 +107,7 @@ class FakeRunner:
         self.pending.pop(i)
 
     def deliver_all(self) -> None:
+        self.deliver_bounds()
         while self.pending:
             self.deliver(0)
 

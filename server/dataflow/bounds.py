@@ -1,0 +1,176 @@
+"""Key bounds: proving a hole of an evict-on-miss join index empty without an upquery.
+
+A join delta that misses an evict-on-miss index waits for an *index fill* (gating.py), and
+the downstream keys it reaches are blocked until that Spark job lands. In the common
+stream of Nexmark Q4 every new auction misses the bid-side index (no bid has seen it yet),
+so every category is blocked behind one Spark job after another and its reads wait.
+
+Most such keys are provably empty, because ids grow: a new auction's id is above every
+auction id that any bid carries. So for an evict-on-miss index keyed by one BIGINT column
+copied from a base table (through filter and project nodes only), the executor keeps
+``[lo, hi]``: a range that contains that column's value in every row the table held at
+any LSN from ``since`` on. It is loaded once by the runner (MIN and MAX over the table's
+stored changes at snapshot ``since``, deleted rows included: a superset is enough) and
+widened by every insert the executor applies after ``since``. A key outside the range
+has no rows at any LSN the executor has reached, so the hole can be filled, empty, at
+once: the delta joins nothing, nothing is gated, no upquery runs.
+
+Only exact where all of this holds, so only used there: single BIGINT key (Python ints
+compare as Spark's longs do), no state below the index (it fills alone), a live write
+(not a replay), and a range loaded from a snapshot the executor had reached when it
+asked (every later insert is then seen here). Until the range lands, and if its load
+fails, misses take the index-fill path as before.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from partialflow.operators.base import Row
+from partialflow.operators.filter import Filter
+from partialflow.operators.project import Project
+from partialflow.server.dataflow.graph import Node
+from partialflow.server.dataflow.packets import BoundLoaded, Packet
+from partialflow.server.dataflow.runner import UpqueryRunner
+from partialflow.server.dataflow.state import State
+
+log = logging.getLogger("partialflow.executor")
+
+# (table, column index) -> (column name, column type), or None (the facade's column_info).
+ColumnInfo = Callable[[str, int], "tuple[str, str] | None"]
+
+
+@dataclass(eq=False)
+class KeyBound:
+    """The range of one base column's values since LSN ``since`` (see the module doc)."""
+
+    state: State = field(repr=False)
+    table: str
+    column: int  # in the base table's rows
+    name: str  # the column's name, for the runner's query
+    since: int
+    ready: bool = False
+    failed: bool = False
+    lo: int | None = None  # None (with hi): no value seen yet
+    hi: int | None = None
+
+    def widen(self, value: Any) -> None:
+        if type(value) is not int:  # NULL joins nothing; other types are not tracked
+            return
+        if self.lo is None or value < self.lo:
+            self.lo = value
+        if self.hi is None or value > self.hi:
+            self.hi = value
+
+    def excludes(self, key: Row) -> bool:
+        """Whether no row of the table has had ``key`` since ``since`` (ready only)."""
+        if not self.ready or len(key) != 1 or type(key[0]) is not int:
+            return False
+        v = key[0]
+        return self.lo is None or v < self.lo or v > self.hi  # type: ignore[operator]
+
+
+class KeyBounds:
+    """The bounds the executor keeps, per evict-on-miss index state (executor thread)."""
+
+    def __init__(self, runner: UpqueryRunner, submit: Callable[[Packet], None]) -> None:
+        self.runner = runner
+        self.submit = submit  # the executor's queue: replies come back as packets
+        self.by_state: dict[int, KeyBound] = {}  # state sid -> its bound
+        self.by_table: dict[str, list[KeyBound]] = {}
+
+    def watch(self, states: list[State], info: ColumnInfo, lsn: int) -> None:
+        """Bounds from LSN ``lsn`` (the executor's position: every later write passes
+        ``on_write``) for the eligible states without one, loaded by the runner."""
+        for st in states:
+            bound = self._new(st, info, lsn)
+            if bound is not None:
+                self._load(bound)
+
+    def _load(self, bound: KeyBound) -> None:
+        submit = self.submit
+
+        def reply(lo: Any, hi: Any, error: BaseException | None) -> None:
+            submit(BoundLoaded(bound, lo, hi, error))
+
+        try:
+            self.runner.load_bound(bound.table, bound.name, bound.since, reply)
+        except Exception as e:  # only an optimisation: misses fetch their keys instead
+            log.warning("key bound of %s could not start: %s", bound.state.label, e)
+            self.loaded(bound, None, None, e)
+
+    def _new(self, st: State, info: ColumnInfo, lsn: int) -> KeyBound | None:
+        if st.sid in self.by_state or not _eligible(st):
+            return None
+        found = _base_column(st)
+        if found is None:
+            return None
+        table, col = found
+        ci = info(table, col)
+        if ci is None or ci[1] != "BIGINT":
+            return None
+        bound = KeyBound(st, table, col, ci[0], lsn)
+        self.by_state[st.sid] = bound
+        self.by_table.setdefault(table, []).append(bound)
+        return bound
+
+    def loaded(self, bound: KeyBound, lo: Any, hi: Any, error: BaseException | None) -> None:
+        """The runner's MIN and MAX at ``bound.since`` (both None for no rows)."""
+        if self.by_state.get(bound.state.sid) is not bound:
+            return  # forgotten meanwhile
+        if error is not None:
+            bound.failed = True
+            return
+        for v in (lo, hi):
+            if v is not None:
+                bound.widen(int(v))
+        bound.ready = True
+
+    def on_write(self, table: str, rows: tuple[Row, ...], diffs: tuple[int, ...]) -> None:
+        """Widen the bounds over ``table`` by a write's inserts (before it propagates)."""
+        bounds = self.by_table.get(table)
+        if not bounds:
+            return
+        for b in bounds:
+            c = b.column
+            for row, d in zip(rows, diffs, strict=True):
+                if d > 0:
+                    b.widen(row[c])
+
+    def excludes(self, st: State, key: Row) -> bool:
+        b = self.by_state.get(st.sid)
+        return b is not None and b.excludes(key)
+
+    def forget(self, st: State) -> None:
+        b = self.by_state.pop(st.sid, None)
+        if b is not None:
+            self.by_table[b.table].remove(b)
+            if not self.by_table[b.table]:
+                del self.by_table[b.table]
+
+
+def _eligible(st: State) -> bool:
+    return (
+        st.mode == "miss" and st.kind == "rows" and st.node.view is None
+        and len(st.index_cols) == 1 and st.partial_cols == st.index_cols and not st.below
+    )
+
+
+def _base_column(st: State) -> tuple[str, int] | None:
+    """The base table and column ``st``'s one index column is copied from, through filter
+    and project nodes only; None otherwise."""
+    node = st.node
+    side = next(s for s, x in node.sides.items() if x is st)
+    n: Node = node.parents[side]
+    col = st.index_cols[0]
+    while n.table is None:
+        if n.op is None or n.view is not None or not isinstance(n.op, (Filter, Project)):
+            return None
+        src = [pc for p, pc in n.op.resolve(col) if p == 0]
+        if not src:
+            return None
+        col, n = src[0], n.parents[0]
+    return n.table, col
