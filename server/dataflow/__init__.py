@@ -8,6 +8,7 @@ Modules, one job each (see DESIGN.md for the ordering rules they implement):
 * ``fill``        — one upquery in flight, the updates it holds, a waiting read;
 * ``fills``       — the fill coordinator: wanted, in flight, held, coalescing;
 * ``gating``      — index fills for join misses, and the keys they block (gates);
+* ``bounds``      — key bounds: join-index holes proven empty without a fill;
 * ``downstream``  — which keys above a join a delta reaches;
 * ``evictor``     — LRU, byte accounting, evicting keys and what depends on them;
 * ``publish``     — the seqlock that lets reads of filled keys skip the lock;

@@ -263,6 +263,7 @@ class Executor:
             self.fills.finish(packet.fill, packet.results, packet.error)
         elif isinstance(packet, BoundLoaded):
             self.bounds.loaded(packet.bound, packet.lo, packet.hi, packet.error)
+            self.stats.count("key_bounds_loaded" if packet.error is None else "key_bounds_failed")
         elif isinstance(packet, Call):
             try:
                 packet.future.set_result(packet.fn())

@@ -49,6 +49,9 @@ class FakeRunner:
         # Key bound loads (table, column, lsn, reply) not answered yet: answered with the
         # fills' replies (deliver_all), from the model as of their LSN.
         self.bounds: list[tuple[str, str, int, BoundReply]] = []
+        # Keep bound loads waiting (even when ``auto`` or settling) until the test calls
+        # deliver_bounds().
+        self.hold_bounds = False
         self._jobs = 0
         self._lock = threading.Lock()
 
@@ -74,7 +77,7 @@ class FakeRunner:
         if lsn > self.model.lsn:
             raise AssertionError(f"key bound at a snapshot beyond the last write {self.model.lsn}")
         self.bounds.append((table, column, lsn, reply))
-        if self.auto:
+        if self.auto and not self.hold_bounds:
             self.deliver_bounds()
 
     def deliver_bounds(self) -> None:
@@ -107,7 +110,8 @@ class FakeRunner:
         self.pending.pop(i)
 
     def deliver_all(self) -> None:
-        self.deliver_bounds()
+        if not self.hold_bounds:
+            self.deliver_bounds()
         while self.pending:
             self.deliver(0)
 

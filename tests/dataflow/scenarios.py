@@ -135,6 +135,18 @@ SCENARIOS["nexmark"] = Scenario(
 )
 
 
+# Nexmark Q4 with auction ids beyond the bids' range (new auctions, as ids grow, and a few
+# below it): the key bound (server/dataflow/bounds.py) proves their bid-index holes empty,
+# until a bid on such an id widens it.
+SCENARIOS["nexmark_bounds"] = replace(
+    SCENARIOS["nexmark"],
+    rows={**SCENARIOS["nexmark"].rows,
+          "auction": st.tuples(st.integers(-3, 12), st.integers(0, 2), st.just(7), st.just(1),
+                               st.just(9)),
+          "bid": st.tuples(st.integers(0, 3), st.one_of(_hot(list(range(7))), st.integers(-3, 14)),
+                           st.integers(0, 3), st.sampled_from([1.0, 2.5, 10.0, 99.5]))},
+)
+
 # Bounded candidates that run out often: MIN/MAX keep 2 values, top-k k + 1 rows.
 for _name in ("min_max", "topk", "global_count", "visits", "nexmark"):
     SCENARIOS[f"{_name}_small"] = replace(SCENARIOS[_name], candidates=(2, 1))

@@ -103,7 +103,7 @@ class Harness:
         """Run until nothing is left: replies delivered, gathering windows closed."""
         for _ in range(10_000):
             self.run()
-            if self.runner.pending or self.runner.bounds:
+            if self.runner.pending or (self.runner.bounds and not self.runner.hold_bounds):
                 self.runner.deliver_all()
                 continue
             wake = self.ex.next_wake()

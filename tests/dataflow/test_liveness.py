@@ -131,6 +131,10 @@ def test_reads_of_avg_winning_complete_while_new_auctions_arrive(server, uniq):
         c.execute(f"CREATE TABLE {bid} (auction BIGINT, bidder BIGINT, price DOUBLE)")
         c.insert(auction, [(a, a % 4) for a in range(100)])
         c.insert(bid, [(a, b, float((a * 31 + b * 7) % 50)) for a in range(100) for b in range(3)])
+        # A bid on an auction far ahead: the new auctions' ids are then inside the key
+        # bound of the bid index (bounds.py), so their misses take the index-fill path,
+        # which is what this test is about (test_new_auctions_cost_no_index_fills: the other).
+        c.insert(bid, [(10**6, 9, 1.0)])
         c.execute(f"CREATE VIEW {winning} AS {winning_sql}")
         c.execute(f"CREATE VIEW {avg} AS {avg_sql}")
         for cat in cats:
@@ -146,4 +150,47 @@ def test_reads_of_avg_winning_complete_while_new_auctions_arrive(server, uniq):
     with server.client() as c:
         assert c.stats().get("index_fills", 0) > before, "the stream should miss the index"
         for key, res, _ in reads:
+            assert_matches(c, oracle_sql, (key,), res)
+
+
+def test_new_auctions_cost_no_index_fills(server, uniq):
+    """New auctions (ids above every auction id a bid has) miss the evict-on-miss bid
+    index, and the key bound proves those holes empty: no index fill runs, no category is
+    blocked, every read of a warm key is a hit, and answers equal Spark SQL at their LSN."""
+    auction, bid = f"{uniq}auction", f"{uniq}bid"
+    winning, avg = f"{uniq}winning", f"{uniq}avg_winning"
+    winning_sql = (f"SELECT a.id AS auction, a.category AS category, MAX(b.price) AS price "
+                   f"FROM {auction} a JOIN {bid} b ON a.id = b.auction "
+                   f"GROUP BY a.id, a.category")
+    oracle_sql = (f"SELECT category, AVG(price) AS avg_price FROM ({winning_sql}) w "
+                  f"WHERE category = ? GROUP BY category")
+    with server.client() as c:
+        c.execute(f"CREATE TABLE {auction} (id BIGINT PRIMARY KEY, category BIGINT)")
+        c.execute(f"CREATE TABLE {bid} (auction BIGINT, bidder BIGINT, price DOUBLE)")
+        c.insert(auction, [(a, a % 4) for a in range(50)])
+        c.insert(bid, [(a, b, float((a * 31 + b * 7) % 50)) for a in range(50) for b in range(3)])
+        loaded = c.stats().get("key_bounds_loaded", 0)
+        c.execute(f"CREATE VIEW {winning} AS {winning_sql}")
+        c.execute(f"CREATE VIEW {avg} AS "
+                  f"SELECT category, AVG(price) AS avg_price FROM {winning} WHERE category = ? "
+                  f"GROUP BY category")
+        deadline = time.monotonic() + READ_BOUND
+        while c.stats().get("key_bounds_loaded", 0) == loaded:  # one Spark job, async
+            assert time.monotonic() < deadline, "the key bound never loaded"
+            time.sleep(0.05)
+        for cat in range(4):
+            c.lookup(avg, cat)
+        before = c.stats()
+        answers = []
+        for i in range(24):
+            a = 1000 + i
+            lsn = c.insert(auction, [(a, a % 4)])
+            answers.append((a % 4, c.lookup(avg, a % 4, min_lsn=lsn)))
+            lsn = c.insert(bid, [(a, 1, float(i % 40)), (a - 1, 2, float(i % 45))])
+            answers.append((a % 4, c.lookup(avg, a % 4, min_lsn=lsn)))
+        after = c.stats()
+        assert after.get("index_fills", 0) == before.get("index_fills", 0)
+        assert after.get("index_keys_bounded", 0) - before.get("index_keys_bounded", 0) >= 24
+        assert after["views"][avg]["upqueries"] == before["views"][avg]["upqueries"]
+        for key, res in answers:
             assert_matches(c, oracle_sql, (key,), res)

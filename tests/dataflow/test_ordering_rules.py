@@ -386,3 +386,94 @@ def test_a_failed_index_fill_evicts_what_it_gated_and_backs_off() -> None:
     assert h.ex.stats.counters["index_fills"] == 2
     _finish_all(h)
     _assert_exact(h, "m", [("c0",), ("c1",)], h.lookup("m", [("c0",), ("c1",)]))
+
+
+# -- key bounds (bounds.py): a new auction's bid-index key is filled empty, not fetched --
+AUCTION = [("id", "BIGINT"), ("category", "BIGINT")]
+BID = [("auction", "BIGINT"), ("bidder", "BIGINT"), ("price", "DOUBLE")]
+WINNING = ("SELECT a.id AS auction, a.category AS category, MAX(b.price) AS price "
+           "FROM auction a JOIN bid b ON a.id = b.auction GROUP BY a.id, a.category")
+AVG_WINNING = ("SELECT category, AVG(price) AS avg_price FROM winning WHERE category = ? "
+               "GROUP BY category")
+CATS = [(c,) for c in range(3)]
+
+
+def _nexmark(hold_bounds: bool = False) -> Harness:
+    h = Harness(upquery_timeout=TIMEOUT)
+    h.runner.hold_bounds = hold_bounds
+    h.table("auction", AUCTION, [(a, a % 3) for a in range(10)])
+    h.table("bid", BID, [(a, b, float(a * 7 + b)) for a in range(10) for b in range(2)])
+    h.view("winning", WINNING)
+    h.view("avg_winning", AVG_WINNING)
+    _assert_exact(h, "avg_winning", CATS, h.lookup("avg_winning", CATS))  # every key warm
+    return h
+
+
+def _read_warm(h: Harness, key: tuple) -> None:
+    """A read of a filled key: answered at once (no fill, no gate), and exact."""
+    read = h.begin("avg_winning", [key])
+    assert read.done, f"read of {key} waits (for an index fill?)"
+    _assert_exact(h, "avg_winning", [key], read.answer())
+
+
+def test_new_auctions_fill_the_bid_index_empty_without_an_upquery() -> None:
+    """Ids grow: a new auction's id is above every auction id any bid has, so its hole in
+    the evict-on-miss bid index is proven empty by the key bound. Without it, each new
+    auction is an index fill that blocks its category until the reply lands."""
+    h = _nexmark()
+    before = dict(h.ex.stats.counters)
+    for i in range(20):
+        a = 100 + i
+        h.model.write("auction", inserts=[(a, a % 3)])
+        h.run()
+        _read_warm(h, (a % 3,))
+        h.model.write("bid", inserts=[(a, 1, float(i)), (a - 1, 2, 3.5)])  # new and older
+        h.run()
+        _read_warm(h, (a % 3,))
+    after = h.ex.stats.counters
+    assert not h.runner.pending
+    assert after["index_fills"] == before.get("index_fills", 0)
+    assert after["upqueries"] == before.get("upqueries", 0)
+    assert after["index_keys_bounded"] - before.get("index_keys_bounded", 0) == 20
+    _finish_all(h)
+
+
+def test_a_key_inside_the_bound_is_fetched() -> None:
+    """A bid that arrives before its auction puts the auction's id inside the bound: the
+    auction's miss must then fetch the key (it has that bid), not assume it empty."""
+    h = _nexmark()
+    h.model.write("bid", inserts=[(500, 1, 42.0)])
+    h.model.write("auction", inserts=[(500, 2)])
+    h.run()
+    assert h.ex.stats.counters["index_fills"] == 1
+    answers = h.lookup("avg_winning", [(2,)])
+    _assert_exact(h, "avg_winning", [(2,)], answers)
+    _finish_all(h)
+
+
+def test_inserts_before_the_bound_lands_widen_it() -> None:
+    """The bound is loaded from the snapshot at the view's creation; inserts applied while
+    that load runs must widen it too, or a key they fill would be taken for empty."""
+    h = _nexmark(hold_bounds=True)
+    assert h.runner.bounds, "the bound load should be waiting"
+    h.model.write("bid", inserts=[(700, 1, 99.0)])  # after the bound's snapshot
+    h.run()
+    h.runner.hold_bounds = False
+    h.runner.deliver_bounds()  # MIN/MAX as of the snapshot: without the bid on 700
+    h.run()
+    assert h.ex.stats.counters["key_bounds_loaded"] == 1
+    h.model.write("auction", inserts=[(700, 1)])
+    h.run()
+    assert h.ex.stats.counters["index_fills"] == 1
+    answers = h.lookup("avg_winning", [(1,)])
+    _assert_exact(h, "avg_winning", [(1,)], answers)
+    _finish_all(h)
+
+
+def test_misses_before_the_bound_lands_are_fetched() -> None:
+    h = _nexmark(hold_bounds=True)
+    h.model.write("auction", inserts=[(800, 0)])
+    h.run()
+    assert h.ex.stats.counters["index_fills"] == 1  # no bound yet: fetched, as before
+    _assert_exact(h, "avg_winning", [(0,)], h.lookup("avg_winning", [(0,)]))
+    _finish_all(h)
