@@ -26,16 +26,20 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
 from partialflow.operators.base import Row
 from partialflow.operators.filter import Filter
+from partialflow.operators.join import Join
 from partialflow.operators.project import Project
 from partialflow.server.dataflow.graph import Node
-from partialflow.server.dataflow.packets import BoundLoaded, Packet
+from partialflow.server.dataflow.materialize import join_kind
+from partialflow.server.dataflow.packets import Call, Packet
 from partialflow.server.dataflow.runner import UpqueryRunner
 from partialflow.server.dataflow.state import State
+from partialflow.server.dataflow.stats import Stats
 
 log = logging.getLogger("partialflow.executor")
 
@@ -58,8 +62,13 @@ class KeyBound:
     hi: int | None = None
 
     def widen(self, value: Any) -> None:
-        if type(value) is not int:  # NULL joins nothing; other types are not tracked
+        if value is None:  # NULL joins nothing
             return
+        if not isinstance(value, int):  # not what a BIGINT column holds: never trust it
+            self.failed = True
+            self.ready = False
+            return
+        value = int(value)  # a bool is an int that equals 0 or 1 as a key
         if self.lo is None or value < self.lo:
             self.lo = value
         if self.hi is None or value > self.hi:
@@ -67,7 +76,7 @@ class KeyBound:
 
     def excludes(self, key: Row) -> bool:
         """Whether no row of the table has had ``key`` since ``since`` (ready only)."""
-        if not self.ready or len(key) != 1 or type(key[0]) is not int:
+        if not self.ready or self.failed or len(key) != 1 or type(key[0]) is not int:
             return False
         v = key[0]
         return self.lo is None or v < self.lo or v > self.hi  # type: ignore[operator]
@@ -76,9 +85,11 @@ class KeyBound:
 class KeyBounds:
     """The bounds the executor keeps, per evict-on-miss index state (executor thread)."""
 
-    def __init__(self, runner: UpqueryRunner, submit: Callable[[Packet], None]) -> None:
+    def __init__(self, runner: UpqueryRunner, submit: Callable[[Packet], None],
+                 stats: Stats) -> None:
         self.runner = runner
-        self.submit = submit  # the executor's queue: replies come back as packets
+        self.stats = stats
+        self.submit = submit  # the executor's queue: replies come back as Call packets
         self.by_state: dict[int, KeyBound] = {}  # state sid -> its bound
         self.by_table: dict[str, list[KeyBound]] = {}
 
@@ -91,10 +102,11 @@ class KeyBounds:
                 self._load(bound)
 
     def _load(self, bound: KeyBound) -> None:
-        submit = self.submit
+        submit, loaded = self.submit, self.loaded
 
         def reply(lo: Any, hi: Any, error: BaseException | None) -> None:
-            submit(BoundLoaded(bound, lo, hi, error))
+            # Applied on the executor thread, in order with the writes.
+            submit(Call(lambda: loaded(bound, lo, hi, error), Future()))
 
         try:
             self.runner.load_bound(bound.table, bound.name, bound.since, reply)
@@ -123,11 +135,15 @@ class KeyBounds:
             return  # forgotten meanwhile
         if error is not None:
             bound.failed = True
+            self.stats.count("key_bounds_failed")
             return
-        for v in (lo, hi):
-            if v is not None:
-                bound.widen(int(v))
+        bound.widen(lo)
+        bound.widen(hi)
+        if bound.failed:
+            self.stats.count("key_bounds_failed")
+            return
         bound.ready = True
+        self.stats.count("key_bounds_loaded")
 
     def on_write(self, table: str, rows: tuple[Row, ...], diffs: tuple[int, ...]) -> None:
         """Widen the bounds over ``table`` by a write's inserts (before it propagates)."""
@@ -153,8 +169,12 @@ class KeyBounds:
 
 
 def _eligible(st: State) -> bool:
+    # An inner join: a delta that meets an empty side makes nothing (the executor relies
+    # on it). Evict-on-miss implies it today; checked so that stays an invariant here.
+    op = st.node.op
     return (
         st.mode == "miss" and st.kind == "rows" and st.node.view is None
+        and isinstance(op, Join) and join_kind(op) == "inner"
         and len(st.index_cols) == 1 and st.partial_cols == st.index_cols and not st.below
     )
 

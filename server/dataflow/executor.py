@@ -37,23 +37,14 @@ from itertools import groupby
 from typing import Any
 
 from partialflow.operators.base import Delta, Row
-from partialflow.server.dataflow.bounds import ColumnInfo, KeyBounds
+from partialflow.server.dataflow.bounds import KeyBounds
 from partialflow.server.dataflow.checkpointer import Checkpointer
 from partialflow.server.dataflow.downstream import downstream_keys
 from partialflow.server.dataflow.evictor import Evictor
 from partialflow.server.dataflow.fill import Captured, Held, HeldJoin, HeldNode, HeldRows
 from partialflow.server.dataflow.fills import FillCoordinator
 from partialflow.server.dataflow.graph import Graph, Node
-from partialflow.server.dataflow.packets import (
-    BoundLoaded,
-    Call,
-    FillDone,
-    Miss,
-    Packet,
-    Stop,
-    Tick,
-    Write,
-)
+from partialflow.server.dataflow.packets import Call, FillDone, Miss, Packet, Stop, Tick, Write
 from partialflow.server.dataflow.publish import Publisher
 from partialflow.server.dataflow.runner import UpqueryRunner
 from partialflow.server.dataflow.state import State, StateAccess
@@ -86,7 +77,7 @@ class Executor:
         )
         self.evictor.fills = self.fills
         # Ranges that prove holes of evict-on-miss indexes empty (bounds.py).
-        self.bounds = KeyBounds(runner, self.submit)
+        self.bounds = KeyBounds(runner, self.submit, self.stats)
         # Keys filled or changed by the current packet: accounted (LRU, bytes) and
         # republished (readers) when it ends. A dict, not a set: states hash by identity,
         # and the LRU order must not depend on memory addresses (reproducible runs).
@@ -261,9 +252,6 @@ class Executor:
                 self.fills.want(packet.state, k, packet.waiter)
         elif isinstance(packet, FillDone):
             self.fills.finish(packet.fill, packet.results, packet.error)
-        elif isinstance(packet, BoundLoaded):
-            self.bounds.loaded(packet.bound, packet.lo, packet.hi, packet.error)
-            self.stats.count("key_bounds_loaded" if packet.error is None else "key_bounds_failed")
         elif isinstance(packet, Call):
             try:
                 packet.future.set_result(packet.fn())
@@ -430,16 +418,6 @@ class Executor:
             side = node.sides[m.side]
             fk = side.fill_key_of_index(m.key)
             fill = side.pending_fill(fk)
-            if (fill is None and side.mode == "miss" and lsn > self.applied_lsn
-                    and self._scope is None and self.bounds.excludes(side, fk)):
-                # No row has had this key since the bound's snapshot: the hole is empty
-                # now (and at the snapshot before this write), so an inner join makes
-                # nothing of the delta. Fill it, empty, instead of fetching it.
-                if side.bucket(fk) is None:
-                    side.fill(fk)
-                    self._changed[(side, fk)] = None
-                    self.stats.count("index_keys_bounded")
-                continue
             # The keys above the delta could reach: computed once, for whichever needs them.
             targets = downstream_keys(node, pidx, m.delta[0]) if side.mode == "miss" else None
             if fill is None and side.mode == "miss" and lsn > self.applied_lsn:
@@ -448,6 +426,15 @@ class Executor:
                     # Every key the update reaches is a hole (a view nobody reads, say):
                     # it would be dropped there anyway; no fill, no eviction.
                     self.stats.count("join_misses_dropped")
+                    continue
+                if self.bounds.excludes(side, fk):
+                    # No row has had this key since the bound's snapshot (bounds.py): the
+                    # hole is empty before this write, so an inner join makes nothing of
+                    # the delta. Filled, empty, where an index fill would have filled it.
+                    if side.bucket(fk) is None:  # not by an earlier delta of this batch
+                        side.fill(fk)
+                        self._changed[(side, fk)] = None
+                        self.stats.count("index_keys_bounded")
                     continue
                 # A live write missed an evict-on-miss index: fetch the key from the
                 # snapshot before this write (gating.py) rather than evict.
@@ -497,11 +484,6 @@ class Executor:
         self.evictor.register(states)
         if self.checkpointer is not None:
             self.checkpointer.registered(states)
-
-    def watch_bounds(self, states: list[State], info: ColumnInfo) -> None:
-        """Key bounds (bounds.py) for the eligible evict-on-miss indexes among ``states``,
-        from the snapshot at the applied LSN."""
-        self.bounds.watch(states, info, self.applied_lsn)
 
     def forget_states(self, states: list[State]) -> None:
         for st in states:

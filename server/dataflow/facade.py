@@ -245,7 +245,8 @@ class Dataflow:
         reader, new_full = self.graph.add_view(name, sql, plan)
         states = [st for n in reader.nodes for st in states_of(n)]
         self.executor.register_states(states)
-        self.executor.watch_bounds(states, self._column_info)
+        # Key bounds (bounds.py) from here: every later write passes the executor.
+        self.executor.bounds.watch(states, self._column_info, self.executor.applied_lsn)
         return self.executor.fills.load_full(new_full) if new_full else None
 
     def _remove(self, name: str) -> None:

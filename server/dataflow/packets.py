@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 from partialflow.operators.base import Row
 
 if TYPE_CHECKING:
-    from partialflow.server.dataflow.bounds import KeyBound
     from partialflow.server.dataflow.fill import Fill, Waiter
     from partialflow.server.dataflow.state import State
 
@@ -46,16 +45,6 @@ class FillDone:
 
 
 @dataclass(frozen=True, slots=True)
-class BoundLoaded:
-    """The runner's MIN and MAX of a key bound's column at its snapshot, or its error."""
-
-    bound: KeyBound
-    lo: Any
-    hi: Any
-    error: BaseException | None
-
-
-@dataclass(frozen=True, slots=True)
 class Tick:
     """Nothing to apply: run the end-of-packet work (issue misses whose gathering
     window has closed, expire fills)."""
@@ -74,4 +63,4 @@ class Stop:
     """Stop the executor loop."""
 
 
-Packet = Write | Miss | FillDone | BoundLoaded | Tick | Call | Stop
+Packet = Write | Miss | FillDone | Tick | Call | Stop

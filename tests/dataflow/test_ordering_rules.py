@@ -477,3 +477,37 @@ def test_misses_before_the_bound_lands_are_fetched() -> None:
     assert h.ex.stats.counters["index_fills"] == 1  # no bound yet: fetched, as before
     _assert_exact(h, "avg_winning", [(0,)], h.lookup("avg_winning", [(0,)]))
     _finish_all(h)
+
+
+def test_a_key_bound_only_where_it_is_exact() -> None:
+    """Bounds only for evict-on-miss indexes keyed by one BIGINT base column: not for TEXT
+    keys (the visits view's product) nor for keys computed above the table."""
+    h = Harness(upquery_timeout=TIMEOUT)
+    h.table("info", [("product", "TEXT"), ("category", "TEXT")], [("p", "c")])
+    h.table("visit", [("product", "TEXT"), ("length", "BIGINT")], [("p", 1)])
+    h.view("m", "SELECT category, MAX(length) AS m FROM info JOIN visit "
+                "ON info.product = visit.product WHERE category = ? GROUP BY category")
+    h.table("auction", AUCTION, [(1, 0)])
+    h.table("bid", BID, [(1, 1, 2.0)])
+    h.view("w", "SELECT a.category, b.price FROM auction a JOIN "
+                "(SELECT auction + 1 AS nxt, price FROM bid) b ON a.id = b.nxt "
+                "WHERE a.category = ?")
+    misses = [st for st in h.ex.evictor.states.values() if st.mode == "miss"]
+    assert len(misses) == 2
+    assert not h.ex.bounds.by_state
+    h.view("avg", "SELECT a.category, b.price FROM auction a JOIN bid b ON a.id = b.auction "
+                  "WHERE a.category = ?")
+    assert len(h.ex.bounds.by_state) == 1
+    h.close()
+
+
+def test_a_value_a_bound_cannot_compare_disables_it() -> None:
+    from partialflow.server.dataflow.bounds import KeyBound
+
+    b = KeyBound(None, "bid", 0, "auction", 0, ready=True)  # type: ignore[arg-type]
+    b.widen(5)
+    b.widen(None)  # NULL joins nothing
+    assert b.excludes((6,)) and b.excludes((4,)) and not b.excludes((5,))
+    assert not b.excludes(("6",)) and not b.excludes((6.0,))  # only int keys are judged
+    b.widen(7.5)
+    assert not b.excludes((100,))  # never trusted again
