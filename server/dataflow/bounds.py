@@ -152,9 +152,14 @@ class KeyBounds:
             return
         for b in bounds:
             c = b.column
-            for row, d in zip(rows, diffs, strict=True):
-                if d > 0:
-                    b.widen(row[c])
+            vals = [row[c] for row, d in zip(rows, diffs, strict=True) if d > 0]
+            if set(map(type, vals)) <= {int}:  # the usual case, in C: a batch's extremes
+                if vals:
+                    b.widen(min(vals))
+                    b.widen(max(vals))
+                continue
+            for v in vals:  # NULLs are skipped; anything else disables the bound
+                b.widen(v)
 
     def excludes(self, st: State, key: Row) -> bool:
         b = self.by_state.get(st.sid)
