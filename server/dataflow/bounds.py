@@ -165,6 +165,19 @@ class KeyBounds:
         b = self.by_state.get(st.sid)
         return b is not None and b.excludes(key)
 
+    def fill_if_empty(self, st: State, fk: Row, changed: Callable[[State, Row], None]) -> bool:
+        """For a live write's miss at hole ``fk`` of ``st``: if no row has had the key
+        since the bound's snapshot, it is empty before this write; fill it, empty (where
+        an index fill would have filled it), and return True. ``changed``: the executor's,
+        so the key is accounted and its bytes counted."""
+        if not self.excludes(st, fk):
+            return False
+        if st.bucket(fk) is None:  # not filled by an earlier delta of this batch
+            st.fill(fk)
+            changed(st, fk)
+            self.stats.count("index_keys_bounded")
+        return True
+
     def forget(self, st: State) -> None:
         b = self.by_state.pop(st.sid, None)
         if b is not None:

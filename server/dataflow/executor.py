@@ -427,15 +427,8 @@ class Executor:
                     # it would be dropped there anyway; no fill, no eviction.
                     self.stats.count("join_misses_dropped")
                     continue
-                if self.bounds.excludes(side, fk):
-                    # No row has had this key since the bound's snapshot (bounds.py): the
-                    # hole is empty before this write, so an inner join makes nothing of
-                    # the delta. Filled, empty, where an index fill would have filled it.
-                    if side.bucket(fk) is None:  # not by an earlier delta of this batch
-                        side.fill(fk)
-                        self._changed[(side, fk)] = None
-                        self.stats.count("index_keys_bounded")
-                    continue
+                if self.bounds.fill_if_empty(side, fk, self.changed):
+                    continue  # proven empty (bounds.py): the inner join makes nothing
                 # A live write missed an evict-on-miss index: fetch the key from the
                 # snapshot before this write (gating.py) rather than evict.
                 fill = self.fills.index_fill(side, fk)

@@ -143,6 +143,8 @@ class Dataflow:
                 self.graph.remove_view(name)
                 return None
             ex.register_states(new)
+            # Key bounds from the checkpoint's LSN: the logged writes after it replay next.
+            ex.bounds.watch(new, self._column_info, ex.applied_lsn)
             out = []
             for st in new:
                 found = got[st.sid]
