@@ -55,7 +55,7 @@ class KeyBound:
     table: str
     column: int  # in the base table's rows
     name: str  # the column's name, for the runner's query
-    since: int
+    since: int | None  # the snapshot it is loaded from; None: not asked for yet
     ready: bool = False
     failed: bool = False
     lo: int | None = None  # None (with hi): no value seen yet
@@ -86,22 +86,27 @@ class KeyBounds:
     """The bounds the executor keeps, per evict-on-miss index state (executor thread)."""
 
     def __init__(self, runner: UpqueryRunner, submit: Callable[[Packet], None],
-                 stats: Stats) -> None:
+                 stats: Stats, applied: Callable[[], int]) -> None:
         self.runner = runner
+        self.applied = applied  # the executor's applied LSN
         self.stats = stats
         self.submit = submit  # the executor's queue: replies come back as Call packets
         self.by_state: dict[int, KeyBound] = {}  # state sid -> its bound
         self.by_table: dict[str, list[KeyBound]] = {}
 
-    def watch(self, states: list[State], info: ColumnInfo, lsn: int) -> None:
-        """Bounds from LSN ``lsn`` (the executor's position: every later write passes
-        ``on_write``) for the eligible states without one, loaded by the runner."""
+    def watch(self, states: list[State], info: ColumnInfo, now: bool = True) -> None:
+        """Bounds for the eligible states without one, loaded by the runner from the
+        snapshot at the applied LSN (every later write passes ``on_write``): now, or
+        (``now`` False: a restart from a checkpoint, which should run no Spark job it
+        doesn't need) when the first miss that could use it comes."""
         for st in states:
-            bound = self._new(st, info, lsn)
-            if bound is not None:
+            bound = self._new(st, info)
+            if bound is not None and now:
                 self._load(bound)
 
     def _load(self, bound: KeyBound) -> None:
+        # Inserts before this LSN have widened the bound too: a superset does no harm.
+        bound.since = self.applied()
         submit, loaded = self.submit, self.loaded
 
         def reply(lo: Any, hi: Any, error: BaseException | None) -> None:
@@ -114,7 +119,7 @@ class KeyBounds:
             log.warning("key bound of %s could not start: %s", bound.state.label, e)
             self.loaded(bound, None, None, e)
 
-    def _new(self, st: State, info: ColumnInfo, lsn: int) -> KeyBound | None:
+    def _new(self, st: State, info: ColumnInfo) -> KeyBound | None:
         if st.sid in self.by_state or not _eligible(st):
             return None
         found = _base_column(st)
@@ -124,7 +129,7 @@ class KeyBounds:
         ci = info(table, col)
         if ci is None or ci[1] != "BIGINT":
             return None
-        bound = KeyBound(st, table, col, ci[0], lsn)
+        bound = KeyBound(st, table, col, ci[0], None)
         self.by_state[st.sid] = bound
         self.by_table.setdefault(table, []).append(bound)
         return bound
@@ -163,7 +168,11 @@ class KeyBounds:
 
     def excludes(self, st: State, key: Row) -> bool:
         b = self.by_state.get(st.sid)
-        return b is not None and b.excludes(key)
+        if b is None:
+            return False
+        if b.since is None:  # watched lazily: this miss asks for it (the next ones use it)
+            self._load(b)
+        return b.excludes(key)
 
     def fill_if_empty(self, st: State, fk: Row, changed: Callable[[State, Row], None]) -> bool:
         """For a live write's miss at hole ``fk`` of ``st``: if no row has had the key

@@ -77,7 +77,7 @@ class Executor:
         )
         self.evictor.fills = self.fills
         # Ranges that prove holes of evict-on-miss indexes empty (bounds.py).
-        self.bounds = KeyBounds(runner, self.submit, self.stats)
+        self.bounds = KeyBounds(runner, self.submit, self.stats, lambda: self.applied_lsn)
         # Keys filled or changed by the current packet: accounted (LRU, bytes) and
         # republished (readers) when it ends. A dict, not a set: states hash by identity,
         # and the LRU order must not depend on memory addresses (reproducible runs).

@@ -143,8 +143,8 @@ class Dataflow:
                 self.graph.remove_view(name)
                 return None
             ex.register_states(new)
-            # Key bounds from the checkpoint's LSN: the logged writes after it replay next.
-            ex.bounds.watch(new, self._column_info, ex.applied_lsn)
+            # Key bounds, loaded when a miss first needs one (not a Spark job per restart).
+            ex.bounds.watch(new, self._column_info, now=False)
             out = []
             for st in new:
                 found = got[st.sid]
@@ -248,7 +248,7 @@ class Dataflow:
         states = [st for n in reader.nodes for st in states_of(n)]
         self.executor.register_states(states)
         # Key bounds (bounds.py) from here: every later write passes the executor.
-        self.executor.bounds.watch(states, self._column_info, self.executor.applied_lsn)
+        self.executor.bounds.watch(states, self._column_info)
         return self.executor.fills.load_full(new_full) if new_full else None
 
     def _remove(self, name: str) -> None:

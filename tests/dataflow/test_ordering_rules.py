@@ -511,3 +511,25 @@ def test_a_value_a_bound_cannot_compare_disables_it() -> None:
     assert not b.excludes(("6",)) and not b.excludes((6.0,))  # only int keys are judged
     b.widen(7.5)
     assert not b.excludes((100,))  # never trusted again
+
+
+def test_a_bound_watched_lazily_loads_at_the_first_miss() -> None:
+    """After a restart from a checkpoint, bounds load when a miss first needs one (at the
+    LSN before that write); that miss is fetched, the ones after it are proven empty."""
+    h = _nexmark()
+    [st] = [h.ex.evictor.states[sid] for sid in h.ex.bounds.by_state]
+    h.ex.bounds.forget(st)
+    h.ex.bounds.watch([st], h.df._column_info, now=False)
+    assert not h.runner.bounds
+    h.model.write("bid", inserts=[(300, 1, 5.0)])  # before the load: in its snapshot
+    h.model.write("auction", inserts=[(200, 1)])
+    h.run()
+    assert h.ex.stats.counters["index_fills"] == 1 and len(h.runner.bounds) == 1
+    h.settle()  # the bound lands: [0, 300]
+    h.model.write("auction", inserts=[(300, 0)])  # inside: fetched (it has the bid)
+    h.model.write("auction", inserts=[(301, 2)])  # outside: proven empty
+    h.run()
+    assert h.ex.stats.counters["index_fills"] == 2
+    assert h.ex.stats.counters["index_keys_bounded"] == 1
+    _assert_exact(h, "avg_winning", CATS, h.lookup("avg_winning", CATS))
+    _finish_all(h)
