@@ -57,7 +57,7 @@ FULL = {
     "restart_cap": 150.0,
     # checkpoints: state sizes (keys of a COUNT/SUM view) for bytes and recovery time;
     # write cost through max_visit, checkpoints every 1 s vs off, alternated per round
-    "ckpt_sizes": [20_000, 100_000, 400_000], "ckpt_write_seconds": 6.0, "ckpt_rounds": 2,
+    "ckpt_sizes": [20_000, 100_000, 400_000], "ckpt_write_seconds": 15.0, "ckpt_rounds": 3,
     "write_batches": [1, 10, 100, 1000], "write_procs": 2, "write_threads": 2,
     "write_seconds": 6.0, "half_peak_batch": 100, "half_peak_seconds": 20.0,
     # reads under a stream: open-loop writes at each rate (rows/s) in writes of
@@ -78,7 +78,7 @@ QUICK = {
     "miss_trials": 4, "coalesce_trials": 2,
     "zipf_warm": 2.0, "zipf_seconds": 6.0, "recompute_seconds": 6.0,
     "restart_cap": 30.0,
-    "ckpt_sizes": [5_000, 20_000, 50_000], "ckpt_write_seconds": 2.0,
+    "ckpt_sizes": [5_000, 20_000, 50_000], "ckpt_write_seconds": 4.0, "ckpt_rounds": 1,
     "write_batches": [1, 100, 1000], "write_seconds": 2.0, "half_peak_seconds": 5.0,
     "stream_seconds": 8.0, "stream_peak_seconds": 2.0, "stream_drain_cap": 60.0,
     "stream_checks_per_view": 1,
