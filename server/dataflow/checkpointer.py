@@ -42,7 +42,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("partialflow.checkpoint")
 
-STEP_SECONDS = 0.005  # copying per packet while a checkpoint is captured
+STEP_SECONDS = 0.005  # copying per packet while a checkpoint is captured...
+IDLE_STEP_SECONDS = 0.05  # ...and at most this long when no packet waits: reads that need
+# the executor's lock (misses, a publisher retry) wait for it without queueing a packet
 SLICE = 2048  # index keys per record when a big bucket is copied
 CHUNK_RECORDS = 4096  # index keys per pickled chunk
 
@@ -166,11 +168,13 @@ class Checkpointer:
         self._work = self._copy(todo, final=False)
 
     def _step(self) -> None:
-        """Copy for about STEP_SECONDS (longer when nothing else is queued)."""
+        """Copy for about STEP_SECONDS (up to IDLE_STEP_SECONDS when nothing is queued)."""
         assert self._work is not None
-        end = time.perf_counter() + STEP_SECONDS
+        start = time.perf_counter()
+        end, idle_end = start + STEP_SECONDS, start + IDLE_STEP_SECONDS
         for _ in self._work:
-            if time.perf_counter() > end and self.ex.has_queued():
+            now = time.perf_counter()
+            if now > end and (now > idle_end or self.ex.has_queued()):
                 self._flush()
                 self.ex.submit(Tick())  # come back after what is queued
                 return
