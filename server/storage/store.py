@@ -136,7 +136,8 @@ class Storage(CatalogOps):
         """Create the store or recover it (catalog, manifest, WAL replay); start the threads.
 
         Replayed WAL records are not delivered to subscribers: after a restart the dataflow
-        rebuilds its state from snapshots, not from the log.
+        starts from a checkpoint and asks for the records after it (``log_records``), or
+        rebuilds its state from snapshots.
         """
         with self._lock:
             if self._state != "new":
