@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING, Any
 
 from partialflow.operators.base import Row
 from partialflow.server.checkpoint import CheckpointStore, Manifest, catalog_version
-from partialflow.server.dataflow.materialize import states_of
 from partialflow.server.dataflow.packets import Tick
 from partialflow.server.dataflow.state import State
 
@@ -320,6 +319,3 @@ def _work(st: State, fks: set[Row], iks: set[Row]) -> Iterator[Work]:
         for i in range(0, len(keys), SLICE):
             yield (st, fk, keys[i:i + SLICE])
 
-
-def node_states(nodes: list[Node]) -> list[State]:
-    return [st for n in nodes for st in states_of(n)]

@@ -116,8 +116,8 @@ class Dataflow:
             m = cp.request().result(timeout)
         except TimeoutError:
             raise DeadlineExceeded(f"the checkpoint did not finish within {timeout:g} s") from None
-        except RuntimeError as e:
-            raise Unavailable(f"checkpoint failed: {e}") from None
+        except Exception as e:  # the writer's error (a full disk, say), or the dataflow closed
+            raise Unavailable(f"checkpoint failed: {e or type(e).__name__}") from None
         return {"seq": m.seq, "lsn": m.lsn, "kind": m.kind, "bytes": m.bytes_written,
                 "duration_s": round(m.duration_s, 3), "chain_files": len(m.files)}
 
@@ -128,16 +128,15 @@ class Dataflow:
         checkpoint (``contents_for``: a state's checkpointed keys, None if it has none).
         Returns (state, fill keys restored) for each state restored, or None, changing
         nothing, when a full state of the view is not in the checkpoint."""
-        used: set[str] = set()
-        plan = Planner(self._table_columns, lambda v: self._view_plan(v, used)).plan(sql)
-        params = parameters(plan, self._column_info)
+        plan, params, used = self._plan(sql)
         ex = self.executor
 
         def go() -> list[tuple[State, list[Row]]] | None:
             known = set(ex.evictor.states)
             reader, new_full = self.graph.add_view(name, sql, plan)
-            new = list({st.sid: st for n in reader.nodes for st in states_of(n)
-                        if st.sid not in known}.values())
+            # In sid order: the LRU order of restored keys must not depend on addresses.
+            new = sorted((st for st in reader.states() if st.sid not in known),
+                         key=lambda st: st.sid)
             got = {st.sid: contents_for(st) for st in new}
             if any(() not in (got[st.sid] or ({},))[0] for st in new_full):
                 self.graph.remove_view(name)
@@ -201,9 +200,7 @@ class Dataflow:
             raise AlreadyExists(f"view {name!r} already exists")
         if self._table_columns(name) is not None:
             raise AlreadyExists(f"{name!r} is already a table")
-        used: set[str] = set()
-        plan = Planner(self._table_columns, lambda v: self._view_plan(v, used)).plan(sql)
-        params = parameters(plan, self._column_info)
+        plan, params, used = self._plan(sql)
         ex = self.executor
         waiter = ex.call(lambda: self._install(name, sql, plan)).result()
         self._params[name] = params
@@ -225,6 +222,12 @@ class Dataflow:
         self.deps[name] = used
         if persist:
             self.storage.save_view(name, sql)
+
+    def _plan(self, sql: str) -> tuple[ViewPlan, list[Param | None], set[str]]:
+        """A view's plan, its parameters' types and the views it is defined over."""
+        used: set[str] = set()
+        plan = Planner(self._table_columns, lambda v: self._view_plan(v, used)).plan(sql)
+        return plan, parameters(plan, self._column_info), used
 
     def explain_create(self, name: str, sql: str) -> str:
         """A dry run of CREATE VIEW: is it supported, and how would it be maintained?
