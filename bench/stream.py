@@ -57,6 +57,7 @@ def run_phase(srv: InProcServer, pool: LoadPool, *, gen: dict, rate: float, seco
     os.close(fd)
     os.unlink(stop_file)  # the writer streams until this file exists
     specs[0].update(stop_file=stop_file, max_extra_s=deadline + 30.0)
+    before = _counters(srv)
     start_at = time.time() + 1.0
     futures = [pool.pool.submit(stream_load.run,
                                 {**s, "address": srv.address, "start_at": start_at})
@@ -79,6 +80,7 @@ def run_phase(srv: InProcServer, pool: LoadPool, *, gen: dict, rate: float, seco
         log(f"stream: dataflow not caught up {drain_cap:.0f} s after the phase: {e}")
         drain = None
 
+    after = _counters(srv)
     sched = max(w["schedule_s"], 1e-9)
     writer: dict[str, Any] = {
         "target_rows_per_s": rate,
@@ -106,6 +108,10 @@ def run_phase(srv: InProcServer, pool: LoadPool, *, gen: dict, rate: float, seco
         "writer": writer, "dataflow_caught_up_after_s": drain, "views": {},
         "write_to_visible": {}, "probe": {"ok": p["ok"], "errors": p["errors"],
                                           "error_samples": p["error_samples"]},
+        # What the dataflow did meanwhile (where reads may have waited: index fills and
+        # the keys they gated, join misses, fills and upqueries).
+        "dataflow": {k: after[k] - before.get(k, 0) for k in sorted(after)
+                     if k != "busy_ns" and after[k] != before.get(k, 0)},
     }
     for (view, _keys), r in zip(views, rs, strict=True):
         out["views"][view] = {
@@ -128,6 +134,13 @@ def run_phase(srv: InProcServer, pool: LoadPool, *, gen: dict, rate: float, seco
     return out, answers, w
 
 
+def _counters(srv: InProcServer) -> dict[str, int]:
+    """The executor's counters now (index fills, gated keys, join misses, upqueries...)."""
+    if srv.engine is None:
+        return {}
+    return dict(srv.engine.dataflow.executor.stats.counters)
+
+
 def _log_phase(ph: dict) -> None:
     w = ph["writer"]
     parts = [f"stream {ph['dataset']:<7} {ph['rate']:>6.0f} rows/s"
@@ -148,6 +161,8 @@ def _log_phase(ph: dict) -> None:
     for view, v in ph["write_to_visible"].items():
         parts.append(f"  write->visible in {view}: p50 {v['ms'].get('p50')} ms p99 "
                      f"{v['ms'].get('p99')} ms (n={v['ms'].get('n')}, {v['failed']} failed)")
+    if ph.get("dataflow"):
+        parts.append("  dataflow: " + ", ".join(f"{k} {n}" for k, n in ph["dataflow"].items()))
     log("\n".join(parts))
 
 

@@ -17,7 +17,8 @@ columns follow the group's row count in a state row (see ``server/upquery/operat
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 from partialflow.operators.base import Row
@@ -217,6 +218,22 @@ class Extremum(AggFunc):
                     raise Exhausted(self.name)
         return state
 
+    def fold(self, state: Candidates, batch: list[tuple[Row, int]], candidates: int | None
+             ) -> Candidates:
+        """As ``apply`` of the batch's diffs, merged in one pass when the batch only
+        inserts (appends: the common case of a large write) and is not small."""
+        col = self.col
+        vals = [row[col] for row, sign in batch if sign > 0]  # type: ignore[index]
+        if len(vals) < _MERGE_MIN or len(vals) != len(batch):
+            return super().fold(state, batch, candidates)
+        vals = [v for v in vals if v is not None]
+        if not vals:
+            return state
+        seen = Counter(vals)
+        if any(v != v for v in seen):  # NaN: keep the one-at-a-time order semantics
+            return self.apply(state, [(v, 1) for v in vals], candidates)
+        return _merge_inserts(state, seen, len(vals), self.key, candidates)
+
     def result(self, state: Candidates) -> Any:
         return state.items[0] if state.items else None
 
@@ -226,6 +243,36 @@ class Extremum(AggFunc):
 
     def size(self, state: Candidates) -> int:
         return state.size()
+
+
+# Insert-only batches of at least this many values are merged (``Extremum.fold``);
+# smaller ones are cheaper one insert at a time.
+_MERGE_MIN = 8
+
+
+def _merge_inserts(state: Candidates, seen: Counter[Any], n: int, key: Callable[[Any], Any],
+                   cap: int | None) -> Candidates:
+    """The candidates after inserting ``n`` values (``seen``: their distinct values and
+    counts), equal to ``n`` calls of ``Candidates.insert``: with no deletion the worst kept
+    value only improves, so a value is kept at the end iff it is among the best ``cap`` of
+    the old kept values and the eligible new ones, with all of its occurrences counted.
+    Once items are truncated, only values at least as good as the worst kept one are
+    eligible (unseen items may be better than the others)."""
+    merged = dict(zip(state.items, state.counts, strict=True))
+    if state.truncated:
+        if not state.items:
+            return Candidates([], [], state.total + n)
+        worst = key(state.items[-1])
+        for v, c in seen.items():
+            if not worst < key(v):  # at least as good (keys define only <)
+                merged[v] = merged.get(v, 0) + c
+    else:
+        for v, c in seen.items():
+            merged[v] = merged.get(v, 0) + c
+    ordered = sorted(merged.items(), key=lambda p: key(p[0]))
+    if cap is not None:
+        del ordered[cap:]
+    return Candidates([p[0] for p in ordered], [p[1] for p in ordered], state.total + n)
 
 
 def make(func: str, col: int | None) -> AggFunc:

@@ -25,7 +25,10 @@ KeyFn = Callable[[Any], Any]
 class Candidates:
     """A group's kept items (best first, distinct, with counts) and its total item count."""
 
-    __slots__ = ("items", "counts", "kept", "total")
+    # ``_bytes``: what ``size`` returned, kept until the next change. The executor sizes
+    # a group's entry when it is written and again when it is replaced; a MIN/MAX entry's
+    # size walks every kept item, so the second walk is saved.
+    __slots__ = ("items", "counts", "kept", "total", "_bytes")
 
     def __init__(self, items: list[Any] | None = None, counts: list[int] | None = None,
                  total: int | None = None) -> None:
@@ -33,6 +36,16 @@ class Candidates:
         self.counts: list[int] = counts if counts is not None else [1] * len(self.items)
         self.kept = sum(self.counts)
         self.total = self.kept if total is None else total
+        self._bytes: int | None = None
+
+    def __getstate__(self) -> tuple[list[Any], list[int], int, int]:
+        return (self.items, self.counts, self.kept, self.total)
+
+    def __setstate__(self, state: Any) -> None:
+        if isinstance(state, tuple) and len(state) == 2:  # the default slots form
+            state = tuple(state[1][k] for k in ("items", "counts", "kept", "total"))
+        self.items, self.counts, self.kept, self.total = state
+        self._bytes = None
 
     @classmethod
     def loaded(cls, pairs: list[tuple[Any, int]], total: int, key: KeyFn) -> Candidates:
@@ -44,6 +57,7 @@ class Candidates:
         twin = Candidates.__new__(Candidates)
         twin.items, twin.counts = self.items[:], self.counts[:]
         twin.kept, twin.total = self.kept, self.total
+        twin._bytes = self._bytes
         return twin
 
     @property
@@ -57,6 +71,7 @@ class Candidates:
         k = key(item)
         i = bisect_left(items, k, key=key)
         self.total += 1
+        self._bytes = None
         if i < len(items) and key(items[i]) == k:
             counts[i] += 1
             self.kept += 1
@@ -78,6 +93,7 @@ class Candidates:
         k = key(item)
         i = bisect_left(items, k, key=key)
         self.total -= 1
+        self._bytes = None
         if i < len(items) and key(items[i]) == k:
             self.kept -= 1
             counts[i] -= 1
@@ -95,10 +111,13 @@ class Candidates:
         return out
 
     def size(self, item_size: Callable[[Any], int] = value_size) -> int:
-        """Approximate bytes held (lists, items and counts)."""
-        return (64 + list_size(self.items) + list_size(self.counts)
-                + sum(item_size(x) for x in self.items)
-                + sum(value_size(c) for c in self.counts))
+        """Approximate bytes held (lists, items and counts). One instance is always
+        sized with the same ``item_size`` (MIN/MAX values, or top-k rows)."""
+        if self._bytes is None:
+            self._bytes = (64 + list_size(self.items) + list_size(self.counts)
+                           + sum([item_size(x) for x in self.items])
+                           + sum([value_size(c) for c in self.counts]))
+        return self._bytes
 
     def __eq__(self, other: object) -> bool:
         return (isinstance(other, Candidates) and self.items == other.items

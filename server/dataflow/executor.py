@@ -357,6 +357,13 @@ class Executor:
             batches = inbox.pop(nid)
             if node is None:
                 continue
+            if nid not in replayed and all(st.holds_nothing()
+                                           for st in self.graph.states_above(node)):
+                # Nothing at or above this node is filled or being filled (a view nobody
+                # reads, say): every delta would be dropped at a hole further up, and a
+                # join miss here would evict only holes. Skip the work.
+                self.stats.count("deltas_skipped_idle", sum(len(d) for _, d in batches))
+                continue
             for pidx, deltas in sorted(batches, key=lambda b: b[0]):
                 if nid in replayed:
                     out = self._replay_join(node, pidx, deltas, captured or {})

@@ -81,10 +81,14 @@ class Graph:
         self.by_signature: dict[Hashable, Node] = {}
         self.bases: dict[str, Node] = {}
         self.readers: dict[str, Reader] = {}
+        # Each node's states and those of every node above it (``states_above``), derived
+        # from the links and dropped whenever a view comes or goes.
+        self._above: dict[int, list[State]] = {}
 
     # -- building ----------------------------------------------------------------------
     def add_view(self, name: str, sql: str, plan: ViewPlan) -> tuple[Reader, list[State]]:
         """Create the view's nodes; returns the reader and the new full states to load."""
+        self._above.clear()
         new_full: list[State] = []
         used: list[Node] = []
         parent = self._build(plan.root, plan.key, new_full, used)
@@ -200,6 +204,7 @@ class Graph:
     def remove_view(self, name: str) -> list[State]:
         """Unlink the view's nodes no other view uses; returns their states."""
         reader = self.readers.pop(name)
+        self._above.clear()
         gone: list[State] = []
         for n in sorted(set(reader.nodes), key=lambda n: -n.nid):
             n.users.discard(name)
@@ -216,6 +221,17 @@ class Graph:
                     b.dependents = [d for d in b.dependents if d is not st]
                 gone.append(st)
         return gone
+
+    def states_above(self, node: Node) -> list[State]:
+        """The states of ``node`` and of every node its deltas can reach, each once."""
+        found = self._above.get(node.nid)
+        if found is None:
+            seen: dict[int, State] = {st.sid: st for st in states_of(node)}
+            for child, _ in node.children:
+                for st in self.states_above(child):
+                    seen.setdefault(st.sid, st)
+            found = self._above[node.nid] = list(seen.values())
+        return found
 
     def users_of_table(self, table: str) -> list[str]:
         node = self.bases.get(table)

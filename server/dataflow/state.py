@@ -140,6 +140,11 @@ class State:
     def has_pending(self) -> bool:
         return bool(self._pending)
 
+    def holds_nothing(self) -> bool:
+        """A partial state with no filled, pending or blocked key: every update for it
+        is dropped here (hot path: checked per node per packet)."""
+        return self.mode != "full" and not (self._buckets or self._pending or self._blocked)
+
     # -- checkpoints -------------------------------------------------------------------
     def track_changes(self) -> None:
         """Start recording what changes, for incremental checkpoints."""

@@ -533,3 +533,20 @@ def test_a_bound_watched_lazily_loads_at_the_first_miss() -> None:
     assert h.ex.stats.counters["index_keys_bounded"] == 1
     _assert_exact(h, "avg_winning", CATS, h.lookup("avg_winning", CATS))
     _finish_all(h)
+
+
+def test_a_view_nobody_reads_costs_no_work_and_wakes_exact_when_read() -> None:
+    """Writes skip nodes with nothing filled or pending at or above them (executor
+    ``_propagate``): the unread join view does no work, the read one stays exact, and a
+    first read of the unread view later is exact too."""
+    h = _join_views(JOIN)
+    h.view("w", "SELECT b.k, b.w, a.v FROM b JOIN a ON b.k = a.k WHERE b.w = ?")
+    _assert_exact(h, "v", [(1,)], h.lookup("v", [(1,)]))
+    skipped = h.ex.stats.counters["deltas_skipped_idle"]
+    h.model.write("a", inserts=[(1, 12), (2, 21)])
+    h.model.write("b", inserts=[(1, 101)], deletes=[(2, 200)])
+    h.run()
+    assert h.ex.stats.counters["deltas_skipped_idle"] > skipped
+    _assert_exact(h, "v", [(1,), (2,)], h.lookup("v", [(1,), (2,)]))
+    _assert_exact(h, "w", [(101,), (100,)], h.lookup("w", [(101,), (100,)]))
+    _finish_all(h)

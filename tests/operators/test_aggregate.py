@@ -167,3 +167,46 @@ def test_wiring_and_sizes():
         Aggregate(("a",), (), [AggSpec("COUNT_STAR", 0)])
     with pytest.raises(ValueError, match="unknown aggregate"):
         Aggregate(("a",), (), [AggSpec("MEDIAN", 0)])
+
+
+
+@pytest.mark.parametrize("largest", [True, False])
+def test_batched_insert_fold_equals_one_insert_at_a_time(largest):
+    """MIN/MAX merge an insert-only batch in one pass (aggfuncs._merge_inserts): the
+    candidates must be exactly those of inserting the values one by one, from every kind
+    of starting state (empty, with room, full, truncated), with ties and NULLs."""
+    import random
+
+    from partialflow.operators.aggfuncs import Extremum
+    from partialflow.operators.grouped import Exhausted
+
+    rng = random.Random(7)
+    f = Extremum(0, largest)
+    merged_some = False
+    for trial in range(600):
+        cap = rng.choice([1, 2, 3, 5, None])
+        kind = rng.choice([int, float, str])
+        state = f.initial()
+        # A random history of inserts and deletes of inserted values (one that exhausts
+        # the candidates: start over).
+        present: list = []
+        for _ in range(rng.randrange(0, 12)):
+            delete = present and rng.random() < 0.3
+            v = present.pop(rng.randrange(len(present))) if delete else kind(rng.randrange(20))
+            try:
+                state = f.apply(state, [(v, -1 if delete else 1)], cap)
+            except Exhausted:
+                state, present = f.initial(), []
+            if not delete:
+                present.append(v)
+        batch = [((None if rng.random() < 0.1 else kind(rng.randrange(25)),), 1)
+                 for _ in range(rng.randrange(1, 40))]
+        one_by_one = state
+        for (v,), sign in batch:
+            if v is not None:
+                one_by_one = f.apply(one_by_one, [(v, sign)], cap)
+        got = f.fold(state, batch, cap)
+        assert got == one_by_one, (trial, state, batch, cap)
+        assert got.kept == one_by_one.kept
+        merged_some |= len(batch) >= 8
+    assert merged_some
