@@ -41,10 +41,19 @@ from partialflow.server.dataflow.bounds import KeyBounds
 from partialflow.server.dataflow.checkpointer import Checkpointer
 from partialflow.server.dataflow.downstream import downstream_keys
 from partialflow.server.dataflow.evictor import Evictor
-from partialflow.server.dataflow.fill import Captured, Held, HeldJoin, HeldNode, HeldRows
+from partialflow.server.dataflow.fill import (
+    Captured,
+    CapturedAccess,
+    Held,
+    HeldJoin,
+    HeldNode,
+    HeldRows,
+    capture,
+)
 from partialflow.server.dataflow.fills import FillCoordinator
 from partialflow.server.dataflow.graph import Graph, Node
 from partialflow.server.dataflow.packets import Call, FillDone, Miss, Packet, Stop, Tick, Write
+from partialflow.server.dataflow.prefetch import Prefetcher
 from partialflow.server.dataflow.publish import Publisher
 from partialflow.server.dataflow.runner import UpqueryRunner
 from partialflow.server.dataflow.state import State, StateAccess
@@ -76,6 +85,8 @@ class Executor:
             self, runner, self.stats, upquery_timeout=upquery_timeout, clock=clock
         )
         self.evictor.fills = self.fills
+        self.prefetcher = Prefetcher(self.stats)
+        self._inputs: set[int] = set()  # parents of the node being processed with deltas
         # Ranges that prove holes of evict-on-miss indexes empty (bounds.py).
         self.bounds = KeyBounds(runner, self.submit, self.stats, lambda: self.applied_lsn)
         # Keys filled or changed by the current packet: accounted (LRU, bytes) and
@@ -364,6 +375,7 @@ class Executor:
                 # join miss here would evict only holes. Skip the work.
                 self.stats.count("deltas_skipped_idle", sum(len(d) for _, d in batches))
                 continue
+            self._inputs = {pidx for pidx, _ in batches}
             for pidx, deltas in sorted(batches, key=lambda b: b[0]):
                 if nid in replayed:
                     out = self._replay_join(node, pidx, deltas, captured or {})
@@ -379,7 +391,7 @@ class Executor:
         """Compute held join deltas now that the side they missed is filled. The side
         indexes outside the fill were captured when the deltas were held (they have moved
         on since), and the delta's own side was updated then, so it is not touched here."""
-        out = node.op.on_input(pidx, deltas, _CapturedAccess(node, captured))  # type: ignore[union-attr]
+        out = node.op.on_input(pidx, deltas, CapturedAccess(node, captured))  # type: ignore[union-attr]
         for m in out.misses:  # the side was evicted meanwhile: drop, evict what it affects
             self.stats.count("join_misses")
             self.evictor.evict_downstream(node, pidx, m.delta[0])
@@ -447,11 +459,17 @@ class Executor:
                 # see this one. In trace mode the downstream keys are pending in the same
                 # fill; an index fill gates them.
                 fill.hold(HeldJoin(lsn, fk, node, pidx, m.delta,
-                                   _capture(node, m.side, m.key), m.side))
+                                   capture(node, m.side, m.key), m.side))
                 if fill.index:
                     keys = targets if targets is not None else downstream_keys(
                         node, pidx, m.delta[0])
                     self.fills.index.gate(fill, keys, lsn)
+                    # The same fill fetches the index keys those gated keys depend on
+                    # (prefetch.py), so the next updates of them don't gate again. Not
+                    # when this packet already applied updates to that side here (its
+                    # snapshot would miss them).
+                    if m.side > pidx or m.side not in self._inputs:
+                        self.fills.prefetch(side, self.prefetcher.keys(side, keys))
                 continue
             self.stats.count("join_misses")
             # The update can't be computed (a replayed update, or index fills backing off
@@ -486,6 +504,7 @@ class Executor:
             self.checkpointer.registered(states)
 
     def forget_states(self, states: list[State]) -> None:
+        self.prefetcher.forget(states)
         for st in states:
             self.bounds.forget(st)
             self.evictor.forget(st)
@@ -494,27 +513,3 @@ class Executor:
                 self.publisher.forget(st)
         self.evictor.unregister(states)
 
-
-def _capture(node: Node, missed: int, key: Row) -> Captured:
-    out = {}
-    for s, side in node.sides.items():
-        if s != missed:
-            rows = side.rows_at(key)
-            if rows is not None:
-                out[(s, key)] = rows
-    return out
-
-
-class _CapturedAccess(StateAccess):
-    """Join lookups for a replayed held delta: captured rows where there are some, the
-    (now filled) index otherwise."""
-
-    __slots__ = ("captured",)
-
-    def __init__(self, node: Node, captured: Captured) -> None:
-        super().__init__(node)
-        self.captured = captured
-
-    def lookup(self, side: int, key: Row) -> list[Row] | None:
-        rows = self.captured.get((side, key))
-        return rows if rows is not None else self.node.sides[side].rows_at(key)
