@@ -27,6 +27,17 @@ SHAPES = {
         "SELECT {a}.k, {a}.v, {b}.w FROM {a} LEFT JOIN {b} ON {a}.k = {b}.k WHERE {a}.k = ?",
         "k",
     ),
+    # Comma joins and CROSS JOIN: the WHERE equality is the join, the rest a filter.
+    "comma_join": (
+        "SELECT {a}.s, {a}.v, {b}.w FROM {a}, {b} WHERE {a}.k = {b}.k AND {b}.w > 1 "
+        "AND {a}.s = ?",
+        "s",
+    ),
+    "cross_join": (
+        "SELECT {a}.k, {b}.t, {a}.v FROM {a} CROSS JOIN {b} WHERE {b}.k = {a}.k "
+        "AND {a}.v < {b}.w AND {a}.k = ?",
+        "k",
+    ),
     "count": ("SELECT k, COUNT(*) AS n FROM {a} WHERE k = ? GROUP BY k", "k"),
     "count_sum": ("SELECT s, COUNT(v) AS n, SUM(v) AS total FROM {a} WHERE s = ? GROUP BY s", "s"),
     "avg": ("SELECT k, AVG(x) AS mean FROM {a} WHERE k = ? GROUP BY k", "k"),

@@ -21,6 +21,8 @@ REFUSED = [
     ("SELECT k, nope FROM {t}", "unknown column 'nope'"),
     ("SELECT k, v FROM {t} GROUP BY k", "must appear in GROUP BY"),
     ("SELECT a.k FROM {t} a JOIN {t} b ON a.k > b.k", "no equality"),
+    ("SELECT a.k FROM {t} a, {t} b WHERE a.v > b.v", "cross product: no equality in WHERE joins"),
+    ("SELECT a.k FROM {t} a CROSS JOIN {t} b", "cross product"),
     ("SELECT k FROM {t} WHERE k = ? UNION SELECT k FROM {t}", "parameters"),
     ("WITH x AS (SELECT k FROM {t}) SELECT k FROM x", "WITH"),
     ("SELEC k FROM {t}", "malformed SQL"),
