@@ -46,6 +46,7 @@ from partialflow.server.sql.binding import (
 from partialflow.server.sql.from_clause import conjunction, plan_from
 from partialflow.server.sql.parse import parse_query
 from partialflow.server.sql.plan import PlanNode, ViewPlan, op_node, visible_only
+from partialflow.server.sql.refusals import refuse_constructs
 
 __all__ = ["PlanNode", "Planner", "ViewPlan"]
 
@@ -69,6 +70,7 @@ class Planner:
     # -- entry point -------------------------------------------------------------------
     def plan(self, sql: str) -> ViewPlan:
         tree = parse_query(sql)
+        refuse_constructs(tree, sql)
         if isinstance(tree, exp.Union):
             return self._plan_union(tree)
         if not isinstance(tree, exp.Select):

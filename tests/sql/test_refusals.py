@@ -42,6 +42,46 @@ def test_unsupported_view_is_refused_by_name(server, uniq, sql, needle):
             c.lookup(f"{uniq}v", ())
 
 
+# Refused for the construct itself, wherever it sits, named with its place in the statement
+# the user sent: (view SQL, words the message must hold, the text the position points at).
+REFUSED_AT = [
+    (
+        "SELECT k FROM {t} UNION SELECT k FROM {t} EXCEPT SELECT v FROM {t}",
+        "EXCEPT is not supported",
+        "EXCEPT",
+    ),
+    (
+        "SELECT k, (SELECT COUNT(*) FROM {t} x WHERE x.k = y.k) AS n FROM {t} y GROUP BY k",
+        "scalar subquery",
+        "SELECT COUNT",
+    ),
+    ("SELECT k FROM {t} WHERE v > (SELECT MAX(v) FROM {t})", "scalar subquery", "SELECT MAX"),
+    ("SELECT k FROM {t} WHERE k IN (SELECT v FROM {t})", "IN (SELECT", "IN ("),
+    ("SELECT k FROM {t}\n WHERE NOT EXISTS (SELECT v FROM {t})", "EXISTS (SELECT", "EXISTS"),
+    ("SELECT k FROM {t} INTERSECT ALL SELECT v FROM {t}", "INTERSECT ALL", "INTERSECT"),
+    ("SELECT k, ROW_NUMBER() OVER (ORDER BY v) AS r FROM {t}", "window function", "ROW_NUMBER"),
+]
+
+
+@pytest.mark.parametrize("sql,needle,at", REFUSED_AT, ids=[n for _, n, _ in REFUSED_AT])
+def test_refusal_names_the_construct_and_where_it_is(server, uniq, sql, needle, at):
+    t = f"{uniq}t"
+    statement = f"CREATE VIEW {uniq}v AS " + sql.format(t=t)
+    offset = statement.index(at)
+    line = statement.count("\n", 0, offset) + 1
+    column = offset - statement.rfind("\n", 0, offset)
+    with server.client() as c:
+        c.execute(f"CREATE TABLE {t} (k BIGINT, v BIGINT)")
+        with pytest.raises(InvalidArgument) as err:
+            c.execute(statement)
+        message = str(err.value)
+        assert needle in message
+        assert f"at line {line}, column {column}" in message, message
+        # Not a symptom of planning around it.
+        assert "FROM clause" not in message and "GROUP BY" not in message
+        assert f"{uniq}v" not in c.stats()["views"]
+
+
 def test_unknown_table_and_view_are_not_found(server, uniq):
     with server.client() as c:
         with pytest.raises(NotFound, match="nosuch"):
