@@ -38,6 +38,20 @@ SHAPES = {
         "AND {a}.v < {b}.w AND {a}.k = ?",
         "k",
     ),
+    # Expressions both Spark and the Python evaluation compute: casts to every type name,
+    # NULLIF, CASE, the common scalar functions, ROUND half-up (1.25 -> 1.3), division.
+    "expressions": (
+        "SELECT k, CAST(v AS REAL) AS r, CAST(x AS INTEGER) AS i, CAST(k AS STRING) AS ks, "
+        "CAST(s AS VARCHAR) AS vs, CAST(v AS TEXT) AS vt, CAST(v > 4 AS BOOLEAN) AS vb, "
+        "CAST(v AS FLOAT) / 4 AS q, CAST(x AS BIGINT) AS b, "
+        "NULLIF(v, 3) AS nv, COALESCE(s, 'none') AS c, "
+        "CASE WHEN v > 5 THEN 'hi' WHEN s IS NULL THEN NULL ELSE s END AS band, "
+        "ABS(v - 5) AS d, UPPER(s) AS us, LOWER(s) AS ls, LENGTH(s) AS n, "
+        "SUBSTR(s || 'abc', 2, 2) AS ss, SUBSTR(s, -2) AS tail, ROUND(x, 1) AS rx, "
+        "ROUND(v * 1.5) AS rv, ROUND(-x) AS rn, ROUND(v, -1) AS r10, v / 2 AS half "
+        "FROM {a} WHERE NULLIF(s, 'z') IS NOT NULL AND k = ?",
+        "k",
+    ),
     "count": ("SELECT k, COUNT(*) AS n FROM {a} WHERE k = ? GROUP BY k", "k"),
     "count_sum": ("SELECT s, COUNT(v) AS n, SUM(v) AS total FROM {a} WHERE s = ? GROUP BY s", "s"),
     "avg": ("SELECT k, AVG(x) AS mean FROM {a} WHERE k = ? GROUP BY k", "k"),
