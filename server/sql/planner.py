@@ -43,6 +43,7 @@ from partialflow.server.sql.binding import (
     compile_expr,
     scope_name,
 )
+from partialflow.server.sql.distinct_aggregates import distinct_input
 from partialflow.server.sql.from_clause import conjunction, plan_from
 from partialflow.server.sql.parse import parse_query
 from partialflow.server.sql.plan import PlanNode, ViewPlan, op_node, visible_only
@@ -143,20 +144,30 @@ class Planner:
                 groups.append(col(p))
         key_group = [next(i for i, g in enumerate(groups) if g == col(p)) for p in params]
         calls: list[tuple[str, exp.Expression | None]] = []
+        distinct: set[int] = set()  # calls over DISTINCT
+        shown: list[str] = []  # calls as written, for messages
 
         def agg_index(call: exp.Expression) -> int:
             func = _AGG_FUNCS[type(call)]
             arg = call.this
+            is_distinct = isinstance(arg, exp.Distinct)
             if isinstance(call, exp.Count) and isinstance(arg, exp.Star):
                 func, bound = "COUNT_STAR", None
             else:
-                if isinstance(arg, exp.Distinct):
-                    raise InvalidArgument(f"{func}(DISTINCT ...) is not supported")
+                if is_distinct:
+                    if len(arg.expressions) != 1:
+                        raise InvalidArgument(
+                            f"{func}(DISTINCT ...) takes one argument, got {call.sql()!r}"
+                        )
+                    arg = arg.expressions[0]
                 bound = _bind(arg, scope)
             for i, (f, a) in enumerate(calls):
-                if f == func and a == bound:
+                if f == func and a == bound and (i in distinct) == is_distinct:
                     return i
             calls.append((func, bound))
+            shown.append(call.sql())
+            if is_distinct:
+                distinct.add(len(calls) - 1)
             return len(calls) - 1
 
         def over_agg(e: exp.Expression) -> exp.Expression:
@@ -198,7 +209,11 @@ class Planner:
         order_items = self._order_items(sel, items, names, over_agg)
         # Pre-projection: grouping expressions then aggregate arguments, as input columns.
         inputs = list(groups) + [a for _, a in calls if a is not None]
-        if all(isinstance(e, exp.Column) for e in inputs):
+        if distinct:
+            src = distinct_input(node, groups, calls, distinct, shown)
+            group_cols = tuple(range(len(groups)))
+            arg_cols = [len(groups) if a is not None else None for _, a in calls]
+        elif all(isinstance(e, exp.Column) for e in inputs):
             src = node
             group_cols = tuple(int(g.name[2:]) for g in groups)
             arg_cols = [int(a.name[2:]) if a is not None else None for _, a in calls]

@@ -56,6 +56,16 @@ SHAPES = {
     "count_sum": ("SELECT s, COUNT(v) AS n, SUM(v) AS total FROM {a} WHERE s = ? GROUP BY s", "s"),
     "avg": ("SELECT k, AVG(x) AS mean FROM {a} WHERE k = ? GROUP BY k", "k"),
     "min_max": ("SELECT k, MIN(v) AS lo, MAX(v) AS hi FROM {a} WHERE k = ? GROUP BY k", "k"),
+    # DISTINCT aggregates: a distinct-then-aggregate plan (δ below γ).
+    "distinct_aggs": (
+        "SELECT s, COUNT(DISTINCT v) AS n, SUM(DISTINCT v) AS t, AVG(DISTINCT v) AS m, "
+        "MAX(v) AS hi, MIN(DISTINCT v) AS lo FROM {a} WHERE s = ? GROUP BY s",
+        "s",
+    ),
+    "global_count_distinct": (
+        "SELECT COUNT(DISTINCT x) AS n, SUM(DISTINCT x) AS t FROM {a} WHERE k = ?",
+        "k",
+    ),
     "global_count": ("SELECT COUNT(*) AS n, MAX(v) AS hi FROM {a} WHERE k = ?", "k"),
     "having": ("SELECT k, COUNT(*) AS n FROM {a} GROUP BY k HAVING COUNT(*) > 2", None),
     "topk": ("SELECT k, v, s FROM {a} WHERE k = ? ORDER BY v DESC, s LIMIT 3", "k"),
