@@ -48,6 +48,7 @@ from partialflow.server.sql.from_clause import conjunction, plan_from
 from partialflow.server.sql.parse import parse_query
 from partialflow.server.sql.plan import PlanNode, ViewPlan, op_node, visible_only
 from partialflow.server.sql.refusals import refuse_constructs
+from partialflow.server.sql.subqueries import is_semi_join, semi_join
 
 __all__ = ["PlanNode", "Planner", "ViewPlan"]
 
@@ -78,6 +79,12 @@ class Planner:
             raise InvalidArgument(f"a view must be a SELECT, got {tree.key.upper()}")
         return self._plan_select(tree, allow_params=True)
 
+    def _plan_query(self, q: exp.Expression) -> ViewPlan:
+        """A subquery: a SELECT or UNION without parameters."""
+        if isinstance(q, exp.Union):
+            return self._plan_union(q)
+        return self._plan_select(q, allow_params=False)
+
     # -- SELECT ------------------------------------------------------------------------
     def _plan_select(self, sel: exp.Expression, allow_params: bool) -> ViewPlan:
         # An Expression, not only a Select: a UNION branch or FROM subquery of another kind
@@ -88,6 +95,7 @@ class Planner:
             sel, _conjuncts(where.this) if where is not None else [], self._relation
         )
         params: list[int] = []
+        semis: list[exp.Expression] = []
         if conjuncts:
             residual = []
             for conj in conjuncts:
@@ -99,6 +107,8 @@ class Planner:
                             "not in a subquery or UNION branch; define a view over this one instead"
                         )
                     params.append(scope.find(p))
+                elif is_semi_join(conj):
+                    semis.append(conj)
                 elif any(isinstance(n, exp.Placeholder) for n in conj.walk()):
                     raise InvalidArgument(
                         "a parameter must appear as `column = ?` in a top-level AND of WHERE; got "
@@ -109,6 +119,8 @@ class Planner:
             if residual:
                 pred = conjunction(residual)
                 node = op_node(Filter(node.columns, compile_expr(_bind(pred, scope))), node)
+        for conj in semis:
+            node = semi_join(node, scope, conj, self._plan_query)
         if len(set(params)) != len(params):
             raise InvalidArgument("the same column is compared with ? twice")
         has_aggs = any(isinstance(n, tuple(_AGG_FUNCS)) for e in sel.expressions for n in e.walk())

@@ -19,6 +19,7 @@ from sqlglot import exp
 from sqlglot.tokens import Token, TokenType
 
 from partialflow.server.errors import InvalidArgument
+from partialflow.server.sql.subqueries import is_semi_join
 
 _SHOWN = 60  # characters of a construct quoted in a message
 
@@ -51,11 +52,22 @@ def _unsupported(node: exp.Expression) -> str | None:
         return f"{word}{all_} is not supported in views (set operations: UNION [ALL])"
     if isinstance(node, exp.Exists):
         return f"subqueries in expressions are not supported: EXISTS {_shown(node.this)}"
-    if isinstance(node, exp.In) and node.args.get("query") is not None:
-        return f"subqueries in expressions are not supported: IN {_shown(node.args['query'])}"
-    if isinstance(node, exp.Subquery) and not isinstance(
-        node.parent, (exp.From, exp.Join, exp.SetOperation, exp.In)
-    ) and node.parent is not None:
+    if isinstance(node, exp.In) and node.args.get("query") is not None and not is_semi_join(node):
+        shown = _shown(node.args["query"])
+        if isinstance(node.parent, exp.Not):
+            return (
+                f"subqueries in expressions are not supported: NOT IN {shown} (only "
+                "`column IN (SELECT ...)` ANDed into WHERE is, as a semi-join)"
+            )
+        return (
+            f"subqueries in expressions are not supported: IN {shown} here (only "
+            "`column IN (SELECT ...)` ANDed into WHERE is, as a semi-join)"
+        )
+    if (
+        isinstance(node, exp.Subquery)
+        and node.parent is not None
+        and not isinstance(node.parent, (exp.From, exp.Join, exp.SetOperation, exp.In))
+    ):
         return f"subqueries in expressions are not supported: scalar subquery {_shown(node)}"
     if isinstance(node, exp.Window):
         return f"window functions are not supported: {_shown(node)}"

@@ -52,6 +52,16 @@ SHAPES = {
         "FROM {a} WHERE NULLIF(s, 'z') IS NOT NULL AND k = ?",
         "k",
     ),
+    # Uncorrelated IN (SELECT ...) as a semi-join (⋈ with δ of the subquery's values).
+    "in_subquery": (
+        "SELECT k, v, s FROM {a} WHERE v IN (SELECT w FROM {b} WHERE t = 'p') AND k = ?",
+        "k",
+    ),
+    "in_subquery_keyed_inside": (
+        "SELECT s, COUNT(*) AS n FROM {a} WHERE k IN (SELECT k FROM {b} WHERE w > 2) "
+        "AND s = ? GROUP BY s",
+        "s",
+    ),
     "count": ("SELECT k, COUNT(*) AS n FROM {a} WHERE k = ? GROUP BY k", "k"),
     "count_sum": ("SELECT s, COUNT(v) AS n, SUM(v) AS total FROM {a} WHERE s = ? GROUP BY s", "s"),
     "avg": ("SELECT k, AVG(x) AS mean FROM {a} WHERE k = ? GROUP BY k", "k"),
