@@ -314,7 +314,7 @@ class _Compiler:
             raise _unsupported(node, "ROUND with a third argument")
         digits = sign * int(scale.this) if scale is not None else 0
         type_ = DOUBLE if a.type in (STRING, DOUBLE) else a.type
-        return _Node(sc.rounded(a.fn, digits), type_)
+        return _Node(sc.rounded(a.fn, digits, 32 if a.type == INT else 64), type_)
 
     # -- strings and casts -----------------------------------------------------------
     def substring(self, node: exp.Substring) -> _Node:

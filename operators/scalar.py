@@ -206,10 +206,11 @@ def converted(fn: Fn, target: str) -> Fn:
     return converted
 
 
-def rounded(fa: Fn, digits: int) -> Fn:
+def rounded(fa: Fn, digits: int, bits: int = 64) -> Fn:
     """``ROUND(a, digits)``: half away from zero on the decimal digits Java prints for a
     double (Spark rounds ``BigDecimal(Double.toString(d))``), so 1.25 -> 1.3 where
-    Python's round gives 1.2. Integers stay integers; strings are cast to double."""
+    Python's round gives 1.2. Integers stay integers (wrapping at ``bits``); strings are
+    cast to double."""
     quantum = Decimal(1).scaleb(-digits)
 
     def round_(row: Row) -> Any:
@@ -223,7 +224,8 @@ def rounded(fa: Fn, digits: int) -> Fn:
         if v.__class__ is int:
             if digits >= 0:
                 return v
-            return int(Decimal(v).quantize(quantum, ROUND_HALF_UP))
+            # Java's BigDecimal.toLong keeps the low bits of a result out of range.
+            return sv.wrap(int(Decimal(v).quantize(quantum, ROUND_HALF_UP)), bits)
         if v != v or v in (math.inf, -math.inf):
             return v
         # + 0.0: Java's BigDecimal has no -0, so a value rounded to zero is 0.0.
