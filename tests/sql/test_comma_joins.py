@@ -42,7 +42,7 @@ def test_three_way_comma_join_joined_out_of_from_order(server, uniq):
         assert text.count("⋈") == 2, text
         keys = [(k,) for k in range(5)]
         bad = check_results(c, sql, c.lookup_many(f"{uniq}v", keys))
-        for step in range(4):
+        for step in range(3):
             for t, rows in live.items():
                 gone = rng.sample(rows, 2)
                 for r in gone:

@@ -116,3 +116,25 @@ def test_explain_shows_operators_and_state(server, uniq):
         for needle in ("reader", "γ", "⋈", f"table {p}info", "partial on", "full", "evict-on-miss"):
             assert needle in text, f"{needle!r} missing from:\n{text}"
         assert dot.startswith("digraph") and "->" in dot
+
+
+def test_explain_shows_how_new_constructs_are_planned(server, uniq):
+    t, u = f"{uniq}t", f"{uniq}u"
+    with server.client() as c:
+        c.execute(f"CREATE TABLE {t} (k BIGINT, v BIGINT)")
+        c.execute(f"CREATE TABLE {u} (k BIGINT, w BIGINT)")
+        views = {
+            # a comma join is a join, not a filter over a cross product
+            "comma": (f"SELECT {t}.v FROM {t}, {u} WHERE {t}.k = {u}.k AND {t}.k = ?", "⋈"),
+            # DISTINCT aggregates: distinct (δ) below the aggregate (γ)
+            "dagg": (f"SELECT k, COUNT(DISTINCT v) AS n FROM {t} WHERE k = ? GROUP BY k", "γ"),
+            # IN (SELECT ...): a join with the distinct values of the subquery
+            "semi": (f"SELECT k FROM {t} WHERE v IN (SELECT w FROM {u}) AND k = ?", "⋈"),
+        }
+        for name, (sql, op) in views.items():
+            c.execute(f"CREATE VIEW {uniq}{name} AS {sql}")
+            text, _ = c.explain(f"{uniq}{name}")
+            assert op in text, f"{name}: {op!r} missing from:\n{text}"
+            assert "σ" not in text or name != "comma", text
+            if name in ("dagg", "semi"):
+                assert text.index("δ") > text.index(op), f"δ not below {op}:\n{text}"
