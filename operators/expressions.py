@@ -92,7 +92,11 @@ def _spark_tree(tree: exp.Expression) -> exp.Expression:
         if isinstance(node, exp.Literal) and not node.is_string and not node.is_int:
             return exp.cast(exp.Literal.number(node.this), exp.DataType.build("double"))
         if isinstance(node, exp.TryCast):
-            return exp.Cast(this=node.this, to=node.args["to"])
+            node = exp.Cast(this=node.this, to=node.args["to"])
+        if isinstance(node, exp.Cast) and node.args["to"].this == exp.DataType.Type.FLOAT:
+            # FLOAT and REAL name DOUBLE here, as they do for columns (Spark's FLOAT is
+            # 32-bit; Python has no such arithmetic to agree with it).
+            return exp.Cast(this=node.this, to=exp.DataType.build("double"))
         if isinstance(node, exp.Div):
             node.set("typed", False)
             node.set("safe", False)
@@ -287,7 +291,40 @@ class _Compiler:
 
         return _Node(coalesce, type_)
 
+    def nullif(self, node: exp.Nullif) -> _Node:
+        # Spark rewrites NULLIF(a, b) to IF(a = b, NULL, a): the type is a's.
+        a = self.compile(node.this)
+        equal = sc.comparison(a.fn, self.compile(node.expression).fn, operator.eq)
+        fa = a.fn
+
+        def nullif(row: Row) -> Any:
+            return None if equal(row) is True else fa(row)
+
+        return _Node(nullif, a.type)
+
+    # -- numbers ---------------------------------------------------------------------
+    def round_(self, node: exp.Round) -> _Node:
+        a = self.compile(node.this)
+        scale, sign = node.args.get("decimals"), 1
+        if isinstance(scale, exp.Neg):
+            scale, sign = scale.this, -1
+        if scale is not None and not (isinstance(scale, exp.Literal) and scale.is_int):
+            raise _unsupported(node, "ROUND with a scale that is not an integer literal")
+        if node.args.get("truncate"):
+            raise _unsupported(node, "ROUND with a third argument")
+        digits = sign * int(scale.this) if scale is not None else 0
+        type_ = DOUBLE if a.type in (STRING, DOUBLE) else a.type
+        return _Node(sc.rounded(a.fn, digits, 32 if a.type == INT else 64), type_)
+
     # -- strings and casts -----------------------------------------------------------
+    def substring(self, node: exp.Substring) -> _Node:
+        fs = self.compile(node.this).fn
+        fpos = self.compile(node.args["start"]).fn if node.args.get("start") else None
+        flen = self.compile(node.args["length"]).fn if node.args.get("length") else None
+        if fpos is None:
+            raise _unsupported(node, "SUBSTR without a start position")
+        return _Node(sc.substring(fs, fpos, flen), STRING)
+
     def string_fn(self, node: exp.Func) -> _Node:
         fa = self.compile(node.this).fn
         method, type_ = _STRING_FNS[type(node)]
@@ -354,7 +391,8 @@ _STRING_FNS: dict[type, tuple[Callable[[str], Any], str]] = {
 
 _CAST_TARGETS = {
     exp.DataType.Type.BIGINT: BIGINT, exp.DataType.Type.INT: INT,
-    exp.DataType.Type.DOUBLE: DOUBLE, exp.DataType.Type.TEXT: STRING,
+    exp.DataType.Type.DOUBLE: DOUBLE, exp.DataType.Type.FLOAT: DOUBLE,
+    exp.DataType.Type.TEXT: STRING,
     exp.DataType.Type.VARCHAR: STRING, exp.DataType.Type.BOOLEAN: BOOLEAN,
 }
 
@@ -369,4 +407,6 @@ _HANDLERS: dict[type, Callable[[_Compiler, Any], _Node]] = {
     exp.Like: _Compiler.like, exp.Case: _Compiler.case, exp.Coalesce: _Compiler.coalesce,
     **{t: _Compiler.string_fn for t in _STRING_FNS},
     exp.DPipe: _Compiler.concat, exp.Cast: _Compiler.cast, exp.TryCast: _Compiler.cast,
+    exp.Nullif: _Compiler.nullif, exp.Round: _Compiler.round_,
+    exp.Substring: _Compiler.substring,
 }

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 from partialflow.operators import values as sv
@@ -203,3 +204,62 @@ def converted(fn: Fn, target: str) -> Fn:
         return None if v is None else convert(v)
 
     return converted
+
+
+def rounded(fa: Fn, digits: int, bits: int = 64) -> Fn:
+    """``ROUND(a, digits)``: half away from zero on the decimal digits Java prints for a
+    double (Spark rounds ``BigDecimal(Double.toString(d))``), so 1.25 -> 1.3 where
+    Python's round gives 1.2. Integers stay integers (wrapping at ``bits``); strings are
+    cast to double."""
+    quantum = Decimal(1).scaleb(-digits)
+
+    def round_(row: Row) -> Any:
+        v = fa(row)
+        if v is None:
+            return None
+        if v.__class__ is str:
+            v = sv.to_double(v)
+            if v is None:
+                return None
+        if v.__class__ is int:
+            if digits >= 0:
+                return v
+            # Java's BigDecimal.toLong keeps the low bits of a result out of range.
+            return sv.wrap(int(Decimal(v).quantize(quantum, ROUND_HALF_UP)), bits)
+        if v != v or v in (math.inf, -math.inf):
+            return v
+        # + 0.0: Java's BigDecimal has no -0, so a value rounded to zero is 0.0.
+        return float(Decimal(repr(v)).quantize(quantum, ROUND_HALF_UP)) + 0.0
+
+    return round_
+
+
+def substring(fs: Fn, fpos: Fn, flen: Fn | None) -> Fn:
+    """``SUBSTR(s, pos[, len])`` as Spark's UTF8String.substringSQL: 1-based, 0 means 1,
+    a negative start counts from the end, and a start before the string shortens it."""
+
+    def substr(row: Row) -> Any:
+        s = fs(row)
+        if s is None:
+            return None
+        p = fpos(row)
+        if p is None:
+            return None
+        p = sv.to_int(p)
+        n: Any = sv.INT32_MAX
+        if flen is not None:
+            n = flen(row)
+            if n is None:
+                return None
+            n = sv.to_int(n)
+        if p is None or n is None:
+            return None
+        text = sv.to_string(s)
+        start = p - 1 if p > 0 else (len(text) + p if p < 0 else 0)
+        end = min(start + n, sv.INT32_MAX)
+        start = max(start, 0)
+        if start >= end:
+            return ""
+        return text[start:end]
+
+    return substr

@@ -32,6 +32,7 @@ from partialflow.server.errors import (
     OutOfRange,
     Unavailable,
 )
+from partialflow.server.sql.refusals import refuse_constructs
 from partialflow.server.statements import (
     literal_value,
     parse_statement,
@@ -156,7 +157,7 @@ class Engine:
         if isinstance(node, exp.Create) and node.args.get("kind") == "TABLE":
             return self._create_table(node)
         if isinstance(node, exp.Create) and node.args.get("kind") == "VIEW":
-            return self._create_view(node)
+            return self._create_view(node, sql)
         if isinstance(node, exp.Drop) and node.args.get("kind") in ("TABLE", "VIEW"):
             return self._drop(node)
         if isinstance(node, exp.Insert):
@@ -202,13 +203,16 @@ class Engine:
                 raise
         return self._done()
 
-    def _create_view(self, node: exp.Create) -> ResultSet:
+    def _create_view(self, node: exp.Create, sql: str) -> ResultSet:
         if node.args.get("replace"):
             raise InvalidArgument("CREATE OR REPLACE VIEW is not supported; DROP VIEW first")
         name = simple_name(node.this, "CREATE VIEW")
         query = node.args.get("expression")
         if not isinstance(query, exp.Query):
             raise InvalidArgument(f"CREATE VIEW {name}: expected AS SELECT ...")
+        # Here, where positions are still those of the user's statement (the planner
+        # sees the query printed again by sqlglot).
+        refuse_constructs(query, sql)
         try:
             self._views().create_view(name, query.sql())
         except AlreadyExists:

@@ -12,16 +12,12 @@ see ``operators/expressions.py``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import cast
 
 from sqlglot import exp
 
 from partialflow.operators.aggregate import Aggregate, AggSpec
-from partialflow.operators.base import Operator
 from partialflow.operators.distinct import Distinct
 from partialflow.operators.filter import Filter
-from partialflow.operators.join import Join
 from partialflow.operators.project import Project
 from partialflow.operators.topk import TopK
 from partialflow.operators.union import Union
@@ -47,52 +43,23 @@ from partialflow.server.sql.binding import (
     compile_expr,
     scope_name,
 )
+from partialflow.server.sql.distinct_aggregates import distinct_input
+from partialflow.server.sql.from_clause import conjunction, plan_from
 from partialflow.server.sql.parse import parse_query
+from partialflow.server.sql.plan import PlanNode, ViewPlan, op_node, visible_only
+from partialflow.server.sql.refusals import refuse_constructs
+from partialflow.server.sql.subqueries import is_semi_join, semi_join
+
+__all__ = ["PlanNode", "Planner", "ViewPlan"]
 
 # Candidates kept per group by MIN/MAX and top-k in partial state (top-k keeps k + this).
 MINMAX_CANDIDATES = 8
 TOPK_SLACK = 8
 
 
-@dataclass(eq=False)
-class PlanNode:
-    """An operator over its parents, or (``op is None``) a base table."""
-
-    columns: tuple[str, ...]
-    op: Operator | None = None
-    parents: list[PlanNode] = field(default_factory=list)
-    table: str | None = None
-
-    def describe(self, indent: int = 0) -> str:
-        head = f"table {self.table}" if self.op is None else self.op.description()
-        lines = ["  " * indent + head]
-        lines += [p.describe(indent + 1) for p in self.parents]
-        return "\n".join(lines)
-
-
-@dataclass
-class ViewPlan:
-    """A planned view: the operator tree and how its reader presents rows."""
-
-    root: PlanNode
-    columns: list[str]  # visible output names
-    visible: tuple[int, ...]  # root columns returned to the reader's caller
-    key: tuple[int, ...]  # root columns the reader is keyed by (the `?` parameters)
-    order: list[tuple[int, bool]]  # root columns (and DESC?) to sort results by
-    limit: int | None
-    empty_row: tuple | None  # a global aggregate's answer for a key with no rows
-
-
 # Catalog callbacks: table name -> column names; view name -> its plan (or None).
 TableLookup = Callable[[str], "tuple[str, ...] | None"]
 ViewLookup = Callable[[str], "ViewPlan | None"]
-
-
-
-def _conjunction(parts: list[exp.Expression]) -> exp.Expression:
-    """``a AND b AND ...`` of ``parts`` (one part as itself). sqlglot annotates ``and_`` as
-    returning a ``Condition``; the node it builds (``And``) is an ``Expression``."""
-    return cast(exp.Expression, exp.and_(*parts)) if len(parts) > 1 else parts[0]
 
 
 class Planner:
@@ -105,23 +72,33 @@ class Planner:
     # -- entry point -------------------------------------------------------------------
     def plan(self, sql: str) -> ViewPlan:
         tree = parse_query(sql)
+        refuse_constructs(tree, sql)
         if isinstance(tree, exp.Union):
             return self._plan_union(tree)
         if not isinstance(tree, exp.Select):
             raise InvalidArgument(f"a view must be a SELECT, got {tree.key.upper()}")
         return self._plan_select(tree, allow_params=True)
 
+    def _plan_query(self, q: exp.Expression) -> ViewPlan:
+        """A subquery: a SELECT or UNION without parameters."""
+        if isinstance(q, exp.Union):
+            return self._plan_union(q)
+        return self._plan_select(q, allow_params=False)
+
     # -- SELECT ------------------------------------------------------------------------
     def _plan_select(self, sel: exp.Expression, allow_params: bool) -> ViewPlan:
         # An Expression, not only a Select: a UNION branch or FROM subquery of another kind
         # (VALUES, ...) comes here too and is refused by the checks below.
         _refuse_unsupported(sel)
-        node, scope = self._plan_from(sel)
-        params: list[int] = []
         where = sel.args.get("where")
-        if where is not None:
+        node, scope, conjuncts = plan_from(
+            sel, _conjuncts(where.this) if where is not None else [], self._relation
+        )
+        params: list[int] = []
+        semis: list[exp.Expression] = []
+        if conjuncts:
             residual = []
-            for conj in _conjuncts(where.this):
+            for conj in conjuncts:
                 p = _param_column(conj)
                 if p is not None:
                     if not allow_params:
@@ -130,6 +107,8 @@ class Planner:
                             "not in a subquery or UNION branch; define a view over this one instead"
                         )
                     params.append(scope.find(p))
+                elif is_semi_join(conj):
+                    semis.append(conj)
                 elif any(isinstance(n, exp.Placeholder) for n in conj.walk()):
                     raise InvalidArgument(
                         "a parameter must appear as `column = ?` in a top-level AND of WHERE; got "
@@ -138,8 +117,10 @@ class Planner:
                 else:
                     residual.append(conj)
             if residual:
-                pred = _conjunction(residual)
-                node = _op(Filter(node.columns, compile_expr(_bind(pred, scope))), node)
+                pred = conjunction(residual)
+                node = op_node(Filter(node.columns, compile_expr(_bind(pred, scope))), node)
+        for conj in semis:
+            node = semi_join(node, scope, conj, self._plan_query)
         if len(set(params)) != len(params):
             raise InvalidArgument("the same column is compared with ? twice")
         has_aggs = any(isinstance(n, tuple(_AGG_FUNCS)) for e in sel.expressions for n in e.walk())
@@ -158,7 +139,7 @@ class Planner:
         order_cols = _order_positions(
             self._order_items(sel, items, names, lambda e: _bind(e, scope)), exprs
         )
-        root = _op(Project(_names(names, exprs), [compile_expr(e) for e in exprs]), node)
+        root = op_node(Project(_names(names, exprs), [compile_expr(e) for e in exprs]), node)
         return self._finish(sel, root, names, key, order_cols)
 
     def _plan_aggregate(
@@ -175,20 +156,30 @@ class Planner:
                 groups.append(col(p))
         key_group = [next(i for i, g in enumerate(groups) if g == col(p)) for p in params]
         calls: list[tuple[str, exp.Expression | None]] = []
+        distinct: set[int] = set()  # calls over DISTINCT
+        shown: list[str] = []  # calls as written, for messages
 
         def agg_index(call: exp.Expression) -> int:
             func = _AGG_FUNCS[type(call)]
             arg = call.this
+            is_distinct = isinstance(arg, exp.Distinct)
             if isinstance(call, exp.Count) and isinstance(arg, exp.Star):
                 func, bound = "COUNT_STAR", None
             else:
-                if isinstance(arg, exp.Distinct):
-                    raise InvalidArgument(f"{func}(DISTINCT ...) is not supported")
+                if is_distinct:
+                    if len(arg.expressions) != 1:
+                        raise InvalidArgument(
+                            f"{func}(DISTINCT ...) takes one argument, got {call.sql()!r}"
+                        )
+                    arg = arg.expressions[0]
                 bound = _bind(arg, scope)
             for i, (f, a) in enumerate(calls):
-                if f == func and a == bound:
+                if f == func and a == bound and (i in distinct) == is_distinct:
                     return i
             calls.append((func, bound))
+            shown.append(call.sql())
+            if is_distinct:
+                distinct.add(len(calls) - 1)
             return len(calls) - 1
 
         def over_agg(e: exp.Expression) -> exp.Expression:
@@ -230,7 +221,11 @@ class Planner:
         order_items = self._order_items(sel, items, names, over_agg)
         # Pre-projection: grouping expressions then aggregate arguments, as input columns.
         inputs = list(groups) + [a for _, a in calls if a is not None]
-        if all(isinstance(e, exp.Column) for e in inputs):
+        if distinct:
+            src = distinct_input(node, groups, calls, distinct, shown)
+            group_cols = tuple(range(len(groups)))
+            arg_cols = [len(groups) if a is not None else None for _, a in calls]
+        elif all(isinstance(e, exp.Column) for e in inputs):
             src = node
             group_cols = tuple(int(g.name[2:]) for g in groups)
             arg_cols = [int(a.name[2:]) if a is not None else None for _, a in calls]
@@ -238,7 +233,7 @@ class Planner:
             pre_names = [f"g{i}" for i in range(len(groups))] + [
                 f"a{i}" for i in range(len(inputs) - len(groups))
             ]
-            src = _op(Project(tuple(pre_names), [compile_expr(e) for e in inputs]), node)
+            src = op_node(Project(tuple(pre_names), [compile_expr(e) for e in inputs]), node)
             group_cols = tuple(range(len(groups)))
             arg_cols, j = [], len(groups)
             for _, a in calls:
@@ -248,12 +243,12 @@ class Planner:
             f"{f.lower()}{i}" for i, (f, _) in enumerate(calls)
         )
         aggs = [AggSpec(f, c) for (f, _), c in zip(calls, arg_cols, strict=True)]
-        node = _op(Aggregate(agg_names, group_cols, aggs, candidates=MINMAX_CANDIDATES), src)
+        node = op_node(Aggregate(agg_names, group_cols, aggs, candidates=MINMAX_CANDIDATES), src)
         if having_expr is not None:
-            node = _op(Filter(node.columns, compile_expr(having_expr)), node)
+            node = op_node(Filter(node.columns, compile_expr(having_expr)), node)
         key = _append_hidden(exprs, [col(k) for k in key_group])
         order_cols = _order_positions(order_items, exprs)
-        root = _op(Project(_names(names, exprs), [compile_expr(e) for e in exprs]), node)
+        root = op_node(Project(_names(names, exprs), [compile_expr(e) for e in exprs]), node)
         empty = None
         if n_declared == 0 and params:
             # Implicitly grouped by the parameters: a key with no rows must still answer
@@ -276,13 +271,13 @@ class Planner:
         if sel.args.get("distinct"):
             if len(root.columns) > len(names) + len(key):
                 raise InvalidArgument("ORDER BY with DISTINCT must use selected columns")
-            root = _op(Distinct(root.columns), root)
+            root = op_node(Distinct(root.columns), root)
         if limit is not None:
             if not order:
                 raise InvalidArgument(
                     "LIMIT needs an ORDER BY (top-k is kept per key in that order)"
                 )
-            root = _op(
+            root = op_node(
                 TopK(root.columns, tuple(key), list(order), limit, candidates=limit + TOPK_SLACK),
                 root,
             )
@@ -321,7 +316,7 @@ class Planner:
                     f"{len(sub.columns)})"
                 )
             names = names or sub.columns
-            branches.append(_visible_only(sub))
+            branches.append(visible_only(sub))
 
         if type(u) is not exp.Union:
             raise InvalidArgument(f"{u.key.upper()} is not supported; only UNION [ALL]")
@@ -331,7 +326,7 @@ class Planner:
         assert names is not None
         root = PlanNode(tuple(names), Union(tuple(names), len(branches)), branches)
         if distinct:
-            root = _op(Distinct(root.columns), root)
+            root = op_node(Distinct(root.columns), root)
         order = []
         order_by = u.args.get("order")
         for o in order_by.expressions if order_by else []:
@@ -347,19 +342,11 @@ class Planner:
                 raise InvalidArgument(
                     "LIMIT needs an ORDER BY (top-k is kept per key in that order)"
                 )
-            root = _op(TopK(root.columns, (), order, limit, candidates=limit + TOPK_SLACK), root)
+            topk = TopK(root.columns, (), order, limit, candidates=limit + TOPK_SLACK)
+            root = op_node(topk, root)
         return ViewPlan(root, list(names), tuple(range(len(names))), (), order, limit, None)
 
-    # -- FROM and JOIN -----------------------------------------------------------------
-    def _plan_from(self, sel: exp.Expression) -> tuple[PlanNode, Scope]:
-        from_ = sel.args.get("from_") or sel.args.get("from")
-        if from_ is None:
-            raise InvalidArgument("a view needs a FROM clause")
-        node, scope = self._relation(from_.this)
-        for j in sel.args.get("joins") or []:
-            node, scope = self._join(node, scope, j)
-        return node, scope
-
+    # -- FROM items ------------------------------------------------------------------
     def _relation(self, rel: exp.Expression) -> tuple[PlanNode, Scope]:
         if isinstance(rel, exp.Table):
             if rel.args.get("db") or rel.args.get("catalog"):
@@ -378,7 +365,7 @@ class Planner:
                     f"view {name!r} has parameters; a view over it must be defined over a view "
                     "without parameters"
                 )
-            node = _visible_only(view)
+            node = visible_only(view)
             return node, Scope([(alias, c.lower()) for c in view.columns])
         if isinstance(rel, exp.Subquery):
             inner = rel.this
@@ -388,75 +375,5 @@ class Planner:
                 else self._plan_select(inner, allow_params=False)
             )
             sub_alias = rel.alias.lower() if rel.alias else None
-            return _visible_only(sub), Scope([(sub_alias, c.lower()) for c in sub.columns])
+            return visible_only(sub), Scope([(sub_alias, c.lower()) for c in sub.columns])
         raise InvalidArgument(f"unsupported FROM item: {rel.sql()!r}")
-
-    def _join(self, left: PlanNode, lscope: Scope, j: exp.Join) -> tuple[PlanNode, Scope]:
-        side = (j.args.get("side") or "").upper()
-        kind = (j.args.get("kind") or "").upper()
-        if side not in ("", "LEFT") or kind not in ("", "INNER", "OUTER"):
-            raise InvalidArgument(
-                f"{' '.join(x for x in (side, kind) if x)} JOIN is not supported; use INNER or "
-                "LEFT JOIN"
-            )
-        if j.args.get("using"):
-            raise InvalidArgument("JOIN ... USING is not supported; write ON a.x = b.x")
-        on = j.args.get("on")
-        if on is None:
-            raise InvalidArgument(
-                "a JOIN needs an ON condition with at least one equality between the two sides"
-            )
-        right, rscope = self._relation(j.this)
-        both = Scope(lscope.cols + rscope.cols)
-        nl = len(lscope.cols)
-        lkey: list[int] = []
-        rkey: list[int] = []
-        rest: list[exp.Expression] = []
-        for conj in _conjuncts(on):
-            if (
-                isinstance(conj, exp.EQ)
-                and isinstance(conj.this, exp.Column)
-                and isinstance(conj.expression, exp.Column)
-            ):
-                a, b = both.find(conj.this), both.find(conj.expression)
-                if a < nl <= b:
-                    lkey.append(a)
-                    rkey.append(b - nl)
-                    continue
-                if b < nl <= a:
-                    lkey.append(b)
-                    rkey.append(a - nl)
-                    continue
-            rest.append(conj)
-        if not lkey:
-            raise InvalidArgument(
-                f"JOIN condition {on.sql()!r} has no equality between columns of the two sides"
-            )
-        kind_name = "left" if side == "LEFT" else "inner"
-        if rest and kind_name == "left":
-            raise InvalidArgument(
-                "LEFT JOIN conditions must be column equalities; got "
-                f"{' AND '.join(r.sql() for r in rest)!r}"
-            )
-        cols = left.columns + right.columns
-        node = PlanNode(
-            cols,
-            Join(cols, tuple(lkey), tuple(rkey), kind_name, left_width=len(left.columns)),
-            [left, right],
-        )
-        if rest:
-            pred = _conjunction(rest)
-            node = _op(Filter(cols, compile_expr(_bind(pred, both))), node)
-        return node, both
-
-
-def _op(op: Operator, parent: PlanNode) -> PlanNode:
-    return PlanNode(op.columns, op, [parent])
-
-
-def _visible_only(plan: ViewPlan) -> PlanNode:
-    """A view used as a relation: its root without hidden columns (and unsorted)."""
-    root = plan.root
-    if len(root.columns) == len(plan.columns):
-        return root
-    return _op(Project(tuple(plan.columns), [compile_expr(col(i)) for i in plan.visible]), root)

@@ -62,6 +62,15 @@ def _to_python(col: pa.ChunkedArray) -> list[Any]:
     return vals
 
 
+def _float_as_double(tree: exp.Expression) -> exp.Expression:
+    """FLOAT and REAL name DOUBLE in partialflow, in CAST as in CREATE TABLE (views compute
+    them so); Spark's own FLOAT is 32-bit."""
+    for cast in list(tree.find_all(exp.Cast)):
+        if cast.args["to"].this == exp.DataType.Type.FLOAT:
+            cast.set("to", exp.DataType.build("double"))
+    return tree
+
+
 def run_query(snapshot: Snapshot, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
     """Execute an already-parsed-valid SELECT against ``snapshot``; returns (columns, rows)."""
     tree = parse_select(sql)
@@ -88,7 +97,7 @@ def run_query(snapshot: Snapshot, sql: str) -> tuple[list[str], list[tuple[Any, 
         if alias is None:
             # Keep qualified references (t.col) working against the renamed relation.
             t.set("alias", exp.TableAlias(this=exp.to_identifier(name)))
-    rewritten = tree.sql(dialect="spark")
+    rewritten = _float_as_double(tree).sql(dialect="spark")
     registered: list[str] = []
     try:
         for low, view in views.items():

@@ -27,10 +27,55 @@ SHAPES = {
         "SELECT {a}.k, {a}.v, {b}.w FROM {a} LEFT JOIN {b} ON {a}.k = {b}.k WHERE {a}.k = ?",
         "k",
     ),
+    # Comma joins and CROSS JOIN: the WHERE equality is the join, the rest a filter.
+    "comma_join": (
+        "SELECT {a}.s, {a}.v, {b}.w FROM {a}, {b} WHERE {a}.k = {b}.k AND {b}.w > 1 "
+        "AND {a}.s = ?",
+        "s",
+    ),
+    "cross_join": (
+        "SELECT {a}.k, {b}.t, {a}.v FROM {a} CROSS JOIN {b} WHERE {b}.k = {a}.k "
+        "AND {a}.v < {b}.w AND {a}.k = ?",
+        "k",
+    ),
+    # Expressions both Spark and the Python evaluation compute: casts to every type name,
+    # NULLIF, CASE, the common scalar functions, ROUND half-up (1.25 -> 1.3), division.
+    "expressions": (
+        "SELECT k, CAST(v AS REAL) AS r, CAST(x AS INTEGER) AS i, CAST(k AS STRING) AS ks, "
+        "CAST(s AS VARCHAR) AS vs, CAST(v AS TEXT) AS vt, CAST(v > 4 AS BOOLEAN) AS vb, "
+        "CAST(v AS FLOAT) / 4 AS q, CAST(x AS BIGINT) AS b, "
+        "NULLIF(v, 3) AS nv, COALESCE(s, 'none') AS c, "
+        "CASE WHEN v > 5 THEN 'hi' WHEN s IS NULL THEN NULL ELSE s END AS band, "
+        "ABS(v - 5) AS d, UPPER(s) AS us, LOWER(s) AS ls, LENGTH(s) AS n, "
+        "SUBSTR(s || 'abc', 2, 2) AS ss, SUBSTR(s, -2) AS tail, ROUND(x, 1) AS rx, "
+        "ROUND(v * 1.5) AS rv, ROUND(-x) AS rn, ROUND(v, -1) AS r10, v / 2 AS half "
+        "FROM {a} WHERE NULLIF(s, 'z') IS NOT NULL AND k = ?",
+        "k",
+    ),
+    # Uncorrelated IN (SELECT ...) as a semi-join (⋈ with δ of the subquery's values).
+    "in_subquery": (
+        "SELECT k, v, s FROM {a} WHERE v IN (SELECT w FROM {b} WHERE t = 'p') AND k = ?",
+        "k",
+    ),
+    "in_subquery_keyed_inside": (
+        "SELECT s, COUNT(*) AS n FROM {a} WHERE k IN (SELECT k FROM {b} WHERE w > 2) "
+        "AND s = ? GROUP BY s",
+        "s",
+    ),
     "count": ("SELECT k, COUNT(*) AS n FROM {a} WHERE k = ? GROUP BY k", "k"),
     "count_sum": ("SELECT s, COUNT(v) AS n, SUM(v) AS total FROM {a} WHERE s = ? GROUP BY s", "s"),
     "avg": ("SELECT k, AVG(x) AS mean FROM {a} WHERE k = ? GROUP BY k", "k"),
     "min_max": ("SELECT k, MIN(v) AS lo, MAX(v) AS hi FROM {a} WHERE k = ? GROUP BY k", "k"),
+    # DISTINCT aggregates: a distinct-then-aggregate plan (δ below γ).
+    "distinct_aggs": (
+        "SELECT s, COUNT(DISTINCT v) AS n, SUM(DISTINCT v) AS t, AVG(DISTINCT v) AS m, "
+        "MAX(v) AS hi, MIN(DISTINCT v) AS lo FROM {a} WHERE s = ? GROUP BY s",
+        "s",
+    ),
+    "global_count_distinct": (
+        "SELECT COUNT(DISTINCT x) AS n, SUM(DISTINCT x) AS t FROM {a} WHERE k = ?",
+        "k",
+    ),
     "global_count": ("SELECT COUNT(*) AS n, MAX(v) AS hi FROM {a} WHERE k = ?", "k"),
     "having": ("SELECT k, COUNT(*) AS n FROM {a} GROUP BY k HAVING COUNT(*) > 2", None),
     "topk": ("SELECT k, v, s FROM {a} WHERE k = ? ORDER BY v DESC, s LIMIT 3", "k"),

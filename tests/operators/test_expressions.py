@@ -82,6 +82,20 @@ EXPRESSIONS = [
     "CAST(_c6 AS STRING)", "CAST(_c0 AS BOOLEAN)", "CAST(_c4 AS INT)", "CAST(_c2 AS BOOLEAN)",
     "CAST(_c0 AS INT) * 2", "CAST(_c1 AS INT) + 2147483647", "CAST(_c4 AS DOUBLE)",
     "CAST(_c3 * 1000 AS STRING)", "CAST(_c3 / 3 AS STRING)", "CAST(_c4 AS BOOLEAN)",
+    # FLOAT and REAL name DOUBLE (compiled for Spark as DOUBLE); INTEGER, LONG, BOOL
+    "CAST(_c5 AS REAL)", "CAST(_c0 AS FLOAT) / 3", "CAST(_c5 AS INTEGER)", "CAST(_c5 AS LONG)",
+    "CAST(_c5 AS BOOL)",
+    # NULLIF: IF(a = b, NULL, a), with the comparison's implicit casts
+    "NULLIF(_c0, 7)", "NULLIF(_c0, _c1)", "NULLIF(_c4, 'abc')", "NULLIF(_c5, 12)",
+    "NULLIF(_c2, _c0)", "NULLIF(_c6, _c7)",
+    # ROUND: half away from zero on the printed decimal digits; integers stay integers
+    "ROUND(_c2)", "ROUND(_c2, 1)", "ROUND(_c3, 2)", "ROUND(_c2 / 3, 3)", "ROUND(_c0, -1)",
+    "ROUND(_c1, -2)", "ROUND(_c0)", "ROUND(_c3 * 1000, -2)", "ROUND(_c5, 1)", "ROUND(-_c3)",
+    "ROUND(_c2 * 1.1, 1)", "ROUND(_c3, 0)", "ROUND(CAST(_c0 AS INT), -1)",
+    # SUBSTR: 1-based, 0 means 1, a negative start counts from the end
+    "SUBSTR(_c4, 2)", "SUBSTR(_c4, 0, 2)", "SUBSTR(_c4, -2)", "SUBSTR(_c4, -5, 3)",
+    "SUBSTR(_c4, 2, -1)", "SUBSTR(_c4, _c1, 2)", "SUBSTR(_c4, 1, _c1)", "SUBSTR(_c0, 2, 3)",
+    "SUBSTR(_c2, 1, 4)", "SUBSTRING(_c5, 2, 2)", "SUBSTR(_c4, _c5)",
 ]
 # Branches of different column types: Spark converts them to a common type, which only
 # declared column types reveal (without them the values are returned as they come).

@@ -12,8 +12,12 @@ REFUSED = [
     ("SELECT a.k FROM {t} a RIGHT JOIN {t} b ON a.k = b.k", "RIGHT JOIN"),
     ("SELECT a.k FROM {t} a FULL OUTER JOIN {t} b ON a.k = b.k", "FULL"),
     ("SELECT k, ROW_NUMBER() OVER (ORDER BY v) FROM {t}", "window"),
-    ("SELECT k FROM {t} WHERE v IN (SELECT v FROM {t})", "subquer"),
-    ("SELECT k, COUNT(DISTINCT v) FROM {t} GROUP BY k", "DISTINCT"),
+    ("SELECT k FROM {t} WHERE v NOT IN (SELECT v FROM {t})", "subquer"),
+    ("SELECT k FROM {t} WHERE v = 1 OR v IN (SELECT v FROM {t})", "ANDed into WHERE"),
+    ("SELECT k FROM {t} a WHERE v IN (SELECT k FROM {t} b WHERE b.v = a.k)", "correlated"),
+    ("SELECT k FROM {t} WHERE v IN (SELECT k, v FROM {t})", "must select one column"),
+    ("SELECT k, COUNT(DISTINCT v), COUNT(*) FROM {t} GROUP BY k", "cannot be computed beside"),
+    ("SELECT k, SUM(DISTINCT v), SUM(k) FROM {t} GROUP BY k", "over that one DISTINCT argument"),
     ("SELECT k, v FROM {t} LIMIT 3", "LIMIT needs an ORDER BY"),
     ("SELECT k, v FROM {t} ORDER BY v LIMIT 3 OFFSET 2", "OFFSET"),
     ("SELECT k, v FROM {t} WHERE k = ? OR v = 1", "parameter"),
@@ -21,6 +25,8 @@ REFUSED = [
     ("SELECT k, nope FROM {t}", "unknown column 'nope'"),
     ("SELECT k, v FROM {t} GROUP BY k", "must appear in GROUP BY"),
     ("SELECT a.k FROM {t} a JOIN {t} b ON a.k > b.k", "no equality"),
+    ("SELECT a.k FROM {t} a, {t} b WHERE a.v > b.v", "cross product: no equality in WHERE joins"),
+    ("SELECT a.k FROM {t} a CROSS JOIN {t} b", "cross product"),
     ("SELECT k FROM {t} WHERE k = ? UNION SELECT k FROM {t}", "parameters"),
     ("WITH x AS (SELECT k FROM {t}) SELECT k FROM x", "WITH"),
     ("SELEC k FROM {t}", "malformed SQL"),
@@ -38,6 +44,46 @@ def test_unsupported_view_is_refused_by_name(server, uniq, sql, needle):
         assert f"{uniq}v" not in c.stats()["views"]
         with pytest.raises(NotFound):
             c.lookup(f"{uniq}v", ())
+
+
+# Refused for the construct itself, wherever it sits, named with its place in the statement
+# the user sent: (view SQL, words the message must hold, the text the position points at).
+REFUSED_AT = [
+    (
+        "SELECT k FROM {t} UNION SELECT k FROM {t} EXCEPT SELECT v FROM {t}",
+        "EXCEPT is not supported",
+        "EXCEPT",
+    ),
+    (
+        "SELECT k, (SELECT COUNT(*) FROM {t} x WHERE x.k = y.k) AS n FROM {t} y GROUP BY k",
+        "scalar subquery",
+        "SELECT COUNT",
+    ),
+    ("SELECT k FROM {t} WHERE v > (SELECT MAX(v) FROM {t})", "scalar subquery", "SELECT MAX"),
+    ("SELECT k FROM {t} WHERE k NOT IN (SELECT v FROM {t})", "NOT IN (SELECT", "IN ("),
+    ("SELECT k FROM {t}\n WHERE NOT EXISTS (SELECT v FROM {t})", "EXISTS (SELECT", "EXISTS"),
+    ("SELECT k FROM {t} INTERSECT ALL SELECT v FROM {t}", "INTERSECT ALL", "INTERSECT"),
+    ("SELECT k, ROW_NUMBER() OVER (ORDER BY v) AS r FROM {t}", "window function", "ROW_NUMBER"),
+]
+
+
+@pytest.mark.parametrize("sql,needle,at", REFUSED_AT, ids=[n for _, n, _ in REFUSED_AT])
+def test_refusal_names_the_construct_and_where_it_is(server, uniq, sql, needle, at):
+    t = f"{uniq}t"
+    statement = f"CREATE VIEW {uniq}v AS " + sql.format(t=t)
+    offset = statement.index(at)
+    line = statement.count("\n", 0, offset) + 1
+    column = offset - statement.rfind("\n", 0, offset)
+    with server.client() as c:
+        c.execute(f"CREATE TABLE {t} (k BIGINT, v BIGINT)")
+        with pytest.raises(InvalidArgument) as err:
+            c.execute(statement)
+        message = str(err.value)
+        assert needle in message
+        assert f"at line {line}, column {column}" in message, message
+        # Not a symptom of planning around it.
+        assert "FROM clause" not in message and "GROUP BY" not in message
+        assert f"{uniq}v" not in c.stats()["views"]
 
 
 def test_unknown_table_and_view_are_not_found(server, uniq):
@@ -70,3 +116,25 @@ def test_explain_shows_operators_and_state(server, uniq):
         for needle in ("reader", "γ", "⋈", f"table {p}info", "partial on", "full", "evict-on-miss"):
             assert needle in text, f"{needle!r} missing from:\n{text}"
         assert dot.startswith("digraph") and "->" in dot
+
+
+def test_explain_shows_how_new_constructs_are_planned(server, uniq):
+    t, u = f"{uniq}t", f"{uniq}u"
+    with server.client() as c:
+        c.execute(f"CREATE TABLE {t} (k BIGINT, v BIGINT)")
+        c.execute(f"CREATE TABLE {u} (k BIGINT, w BIGINT)")
+        views = {
+            # a comma join is a join, not a filter over a cross product
+            "comma": (f"SELECT {t}.v FROM {t}, {u} WHERE {t}.k = {u}.k AND {t}.k = ?", "⋈"),
+            # DISTINCT aggregates: distinct (δ) below the aggregate (γ)
+            "dagg": (f"SELECT k, COUNT(DISTINCT v) AS n FROM {t} WHERE k = ? GROUP BY k", "γ"),
+            # IN (SELECT ...): a join with the distinct values of the subquery
+            "semi": (f"SELECT k FROM {t} WHERE v IN (SELECT w FROM {u}) AND k = ?", "⋈"),
+        }
+        for name, (sql, op) in views.items():
+            c.execute(f"CREATE VIEW {uniq}{name} AS {sql}")
+            text, _ = c.explain(f"{uniq}{name}")
+            assert op in text, f"{name}: {op!r} missing from:\n{text}"
+            assert "σ" not in text or name != "comma", text
+            if name in ("dagg", "semi"):
+                assert text.index("δ") > text.index(op), f"δ not below {op}:\n{text}"
