@@ -5,6 +5,7 @@
 #
 #   scripts/spark-cluster.sh start DIR     master + workers (starts only what is not running)
 #   scripts/spark-cluster.sh connect DIR   + a Spark Connect server on the cluster
+#   scripts/spark-cluster.sh stop-connect DIR   stop the Spark Connect server only
 #   scripts/spark-cluster.sh status DIR    what runs, and the master's view of its workers
 #   scripts/spark-cluster.sh stop DIR      stop everything started in DIR
 #
@@ -28,7 +29,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 
 usage() {
-    echo "usage: $0 start|connect|status|stop DIR" >&2
+    echo "usage: $0 start|connect|stop-connect|status|stop DIR" >&2
     exit 2
 }
 [ $# -eq 2 ] || usage
@@ -203,6 +204,7 @@ stop() {
 case $CMD in
     start) start ;;
     connect) connect ;;
+    stop-connect) stop_one connect ;;
     status) status ;;
     stop) stop ;;
     *) usage ;;

@@ -99,7 +99,13 @@ def _connect_session(
 ) -> SparkSession:
     """A Spark Connect session with the SQL defaults and ``conf`` set on it; a setting the
     Connect server does not let a client change is refused, naming it."""
-    session = _start(SparkSession.builder.appName(app_name).remote(master))
+    try:
+        session = _start(SparkSession.builder.appName(app_name).remote(master))
+    except ImportError as err:  # pyspark's check of the Connect client's packages
+        raise Unavailable(
+            f"Spark Connect ({master}) needs packages that are not installed: "
+            f"{str(err).splitlines()[0]} (pip install 'partialflow[connect]')"
+        ) from None
     for key, value in {**_SQL_DEFAULTS, **dict(conf)}.items():
         try:
             session.conf.set(key, value)

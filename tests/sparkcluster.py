@@ -25,7 +25,7 @@ from helpers import ServerProcess
 
 from partialflow.client import Client
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "spark-cluster.sh"
 _FINISHED = re.compile(r"Executor: Finished task ")
 

@@ -31,7 +31,9 @@ CONNECT_APP = "Spark Connect server"  # the application start-connect-server.sh 
 @pytest.fixture(scope="module")
 def connect_url(cluster):
     cluster.run("connect")
-    return cluster.connect_url
+    yield cluster.connect_url
+    # Its application holds a core of each worker: give them back to the other tests.
+    cluster.run("stop-connect")
 
 
 @pytest.fixture(scope="module")
