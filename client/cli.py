@@ -204,6 +204,7 @@ def _add_serve(commands: Any) -> None:
             dest=option.field,
             type=_arg_type(option.parse),
             default=None,
+            action="append" if option.repeat else "store",
             metavar=option.metavar,
             help=f"{option.help} [${option.env}]",
         )

@@ -362,6 +362,8 @@ class BulkLoader:
                 sc = self._context()
                 if sc is not None:
                     sc.setJobGroup(group, f"partialflow load into {table}", True)
+                else:  # Spark Connect: no job groups, but a tag (of this thread only) cancels it
+                    self.spark.addTag(group)
                 box["arrow"] = frame.toArrow()
             except BaseException as err:  # noqa: BLE001 - handed to the generator's thread
                 box["error"] = err
@@ -421,11 +423,13 @@ class BulkLoader:
 
     def _cancel(self, group: str) -> None:
         sc = self._context()
-        if sc is not None:
-            try:
+        try:
+            if sc is not None:
                 sc.cancelJobGroup(group)
-            except Exception:
-                log.warning("could not cancel Spark job group %s", group, exc_info=True)
+            else:
+                self.spark.interruptTag(group)
+        except Exception:
+            log.warning("could not cancel Spark job group %s", group, exc_info=True)
 
 
 __all__ = ["BulkLoader", "Fingerprint", "LoadRegistry", "Progress", "check_columns", "check_names"]

@@ -66,6 +66,9 @@ class Config:
     port: int = 50051
     memory_limit: int | None = None
     spark_master: str = "local[2]"
+    # Spark settings passed through to the session after partialflow's own (they win):
+    # Hadoop options for S3/HDFS as spark.hadoop.*, executor memory, the UI...
+    spark_conf: tuple[tuple[str, str], ...] = ()
     # gRPC handler threads: enough for many concurrent clients blocked in group commit
     # or waiting on an upquery.
     workers: int = 64
@@ -174,6 +177,25 @@ def _choice(*allowed: str) -> Callable[[str], str]:
     return parse
 
 
+def parse_spark_conf(text: str) -> tuple[tuple[str, str], ...]:
+    """``KEY=VALUE`` pairs separated by whitespace (one per flag, several in the variable);
+    every key must be a Spark setting (``spark.*``: Hadoop options are ``spark.hadoop.*``)."""
+    pairs = []
+    for item in text.split():
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"invalid Spark setting {item!r}: expected KEY=VALUE")
+        if not key.startswith("spark."):
+            raise ValueError(
+                f"invalid Spark setting {key!r}: keys start with 'spark.' (Hadoop options "
+                "are spark.hadoop.*, e.g. spark.hadoop.fs.s3a.endpoint=...)"
+            )
+        pairs.append((key, value))
+    if not pairs:
+        raise ValueError("expected KEY=VALUE")
+    return tuple(pairs)
+
+
 @dataclass(frozen=True)
 class Option:
     """One ``serve`` flag: its Config field, how its text parses, and its help."""
@@ -183,6 +205,8 @@ class Option:
     parse: Callable[[str], Any]
     help: str
     metavar: str | None = None
+    # Given several times, the values add up (the CLI flattens them into one tuple).
+    repeat: bool = False
 
     @property
     def env(self) -> str:
@@ -198,6 +222,14 @@ SERVE_OPTIONS: tuple[Option, ...] = (
         "--memory-limit", "memory_limit", parse_size, "state memory limit, e.g. 64MB, 1GB", "SIZE"
     ),
     Option("--spark-master", "spark_master", str, "any Spark master (default local[2])", "MASTER"),
+    Option(
+        "--spark-conf",
+        "spark_conf",
+        parse_spark_conf,
+        "a Spark setting for the session, e.g. spark.hadoop.fs.s3a.endpoint=URL (repeatable)",
+        "KEY=VALUE",
+        repeat=True,
+    ),
     Option("--tls-cert", "tls_cert", str, "PEM certificate (chain): serve TLS", "FILE"),
     Option("--tls-key", "tls_key", str, "PEM private key of --tls-cert", "FILE"),
     Option(
@@ -313,6 +345,9 @@ def resolve_config(given: Mapping[str, Any], environ: Mapping[str, str] | None =
     """
     environ = os.environ if environ is None else environ
     flags = {k: v for k, v in given.items() if v is not None}
+    for option in SERVE_OPTIONS:  # a repeated flag: a list of tuples, as one tuple
+        if option.repeat and isinstance(flags.get(option.field), list):
+            flags[option.field] = tuple(item for value in flags[option.field] for item in value)
     env: dict[str, Any] = {}
     for option in SERVE_OPTIONS:
         text = environ.get(option.env, "")

@@ -2,19 +2,28 @@
 
 Every upquery, bulk load, compaction and direct query runs on this session. Settings are
 chosen for a small embedded default (local master, UI off, few shuffle partitions); any
-Spark master works, including a cluster or Spark Connect (``sc://``).
+Spark master works: ``local[N]``, a cluster (``spark://``, ``yarn``, ``k8s://``), whose
+executors then run every job, or Spark Connect (``sc://``).
+
+``conf`` (``--spark-conf KEY=VALUE``) is passed through after the defaults, so it can
+override them; Hadoop options for S3 or HDFS go as ``spark.hadoop.*``. Through Spark
+Connect only runtime SQL settings can be changed by a client: the session's JVM belongs to
+the Connect server, so anything else (``spark.hadoop.*``, memory, the UI) is refused at
+start-up with the reason, and must be given to the Connect server itself.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 import time
+from collections.abc import Sequence
 
 from pyspark.sql import SparkSession
 
-from partialflow.server.errors import Unavailable
+from partialflow.server.errors import InvalidArgument, Unavailable
 
 log = logging.getLogger(__name__)
 _lock = threading.Lock()
@@ -23,6 +32,29 @@ _lock = threading.Lock()
 # gateway's start-up outran its timeout); a second try usually works.
 GATEWAY_ATTEMPTS = 3
 _GATEWAY_BACKOFF = 2.0  # seconds before the second try, doubled after each failure
+
+# Session (SQL) settings: a Spark Connect client may set these too.
+_SQL_DEFAULTS: dict[str, str] = {
+    "spark.sql.shuffle.partitions": "2",
+    # Views are maintained in Python with SQL's NULL-on-error arithmetic; run Spark the
+    # same way so upquery replies and incremental updates agree exactly.
+    "spark.sql.ansi.enabled": "false",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    # Small scans dominate (key-filtered upqueries); don't adaptively re-plan them into
+    # many stages.
+    "spark.sql.adaptive.enabled": "false",
+}
+
+
+def _driver_defaults() -> dict[str, str]:
+    """Settings of the driver's own JVM (classic Spark only)."""
+    return {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.default.parallelism": "2",
+        "spark.driver.memory": os.environ.get("PARTIALFLOW_SPARK_DRIVER_MEMORY", "2g"),
+    }
 
 
 def _gateway_exited(err: BaseException) -> bool:
@@ -34,35 +66,59 @@ def _gateway_exited(err: BaseException) -> bool:
     return name == "JAVA_GATEWAY_EXITED" or "JAVA_GATEWAY_EXITED" in str(err)
 
 
-def spark_session(master: str = "local[2]", *, app_name: str = "partialflow") -> SparkSession:
+def is_connect(master: str) -> bool:
+    """True for a Spark Connect address (``sc://host:port``)."""
+    return master.startswith("sc://")
+
+
+def spark_session(
+    master: str = "local[2]",
+    *,
+    app_name: str = "partialflow",
+    conf: Sequence[tuple[str, str]] = (),
+) -> SparkSession:
     """Return the process-wide Spark session, creating it on first use."""
     with _lock:
-        # Quiet Spark's own console banner; errors still surface as exceptions.
-        os.environ.setdefault("PYSPARK_PYTHON", os.environ.get("PYSPARK_PYTHON", "python3"))
-        builder = SparkSession.builder.appName(app_name)
-        if master.startswith("sc://"):
-            builder = builder.remote(master)
-        else:
-            builder = builder.master(master)
-        builder = (
-            builder.config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.sql.shuffle.partitions", "2")
-            .config("spark.default.parallelism", "2")
-            # Views are maintained in Python with SQL's NULL-on-error arithmetic; run Spark
-            # the same way so upquery replies and incremental updates agree exactly.
-            .config("spark.sql.ansi.enabled", "false")
-            .config("spark.sql.session.timeZone", "UTC")
-            .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-            # Small scans dominate (key-filtered upqueries); don't broadcast-timeout or
-            # adaptively re-plan them into many stages.
-            .config("spark.sql.adaptive.enabled", "false")
-            .config("spark.driver.memory", os.environ.get("PARTIALFLOW_SPARK_DRIVER_MEMORY", "2g"))
-        )
+        # Executors that run Python must run this interpreter (the one with partialflow's
+        # dependencies), not whatever ``python3`` is on their PATH. A user's value wins:
+        # on other machines the path may differ.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        if is_connect(master):
+            return _connect_session(master, app_name, conf)
+        builder = SparkSession.builder.appName(app_name).master(master)
+        for key, value in {**_driver_defaults(), **_SQL_DEFAULTS, **dict(conf)}.items():
+            builder = builder.config(key, value)
         session = _start(builder)
-        if not master.startswith("sc://"):
-            session.sparkContext.setLogLevel("ERROR")
+        session.sparkContext.setLogLevel("ERROR")
         return session
+
+
+def _connect_session(
+    master: str, app_name: str, conf: Sequence[tuple[str, str]]
+) -> SparkSession:
+    """A Spark Connect session with the SQL defaults and ``conf`` set on it; a setting the
+    Connect server does not let a client change is refused, naming it."""
+    try:
+        session = _start(SparkSession.builder.appName(app_name).remote(master))
+    except ImportError as err:  # pyspark's check of the Connect client's packages
+        raise Unavailable(
+            f"Spark Connect ({master}) needs packages that are not installed: "
+            f"{str(err).splitlines()[0]} (pip install 'partialflow[connect]')"
+        ) from None
+    for key, value in {**_SQL_DEFAULTS, **dict(conf)}.items():
+        try:
+            session.conf.set(key, value)
+        except Exception as err:  # noqa: BLE001 - the server's refusal, reworded once
+            if key in dict(conf):
+                raise InvalidArgument(
+                    f"--spark-conf {key} cannot be set through Spark Connect ({master}): it "
+                    "configures the Connect server's own Spark, which a client cannot change; "
+                    "give it to the Connect server (start-connect-server.sh --conf "
+                    f"{key}=...)"
+                ) from None
+            log.warning("Spark Connect refused %s=%s: %s", key, value, str(err).splitlines()[0])
+    return session
 
 
 def _start(builder: SparkSession.Builder) -> SparkSession:

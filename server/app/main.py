@@ -101,7 +101,7 @@ def create_server(
             if spark is None:
                 from partialflow.server.spark import spark_session
 
-                spark = spark_session(config.spark_master)
+                spark = spark_session(config.spark_master, conf=config.spark_conf)
             engine = Engine(config, spark)
         add_to_server(PartialflowServicer(engine), server)
         add_test_hooks(server, engine)  # refuses every call unless PARTIALFLOW_TEST_HOOKS=1

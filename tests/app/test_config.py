@@ -58,6 +58,25 @@ def test_token_from_a_file_and_precedence_between_token_sources(tmp_path):
     assert "from-env" not in repr(resolve_config(_flags([]), env))  # never logged
 
 
+def test_spark_settings_pass_through_repeated_or_from_the_environment():
+    flags = _flags(
+        [
+            "--data", "d",
+            "--spark-conf", "spark.hadoop.fs.s3a.endpoint=http://minio:9000",
+            "--spark-conf", "spark.executor.memory=1g",
+        ]
+    )  # fmt: skip
+    assert resolve_config(flags, {}).spark_conf == (
+        ("spark.hadoop.fs.s3a.endpoint", "http://minio:9000"),
+        ("spark.executor.memory", "1g"),
+    )
+    env = {"PARTIALFLOW_DATA": "d", "PARTIALFLOW_SPARK_CONF": "spark.a=1 spark.b=x=y"}
+    assert resolve_config(_flags([]), env).spark_conf == (("spark.a", "1"), ("spark.b", "x=y"))
+    assert resolve_config(_flags([]), {"PARTIALFLOW_DATA": "d"}).spark_conf == ()
+    with pytest.raises(SystemExit):  # argparse's usage error, naming the key
+        _flags(["--spark-conf", "fs.s3a.endpoint=x"])
+
+
 @pytest.mark.parametrize(
     "env, message",
     [
@@ -66,6 +85,8 @@ def test_token_from_a_file_and_precedence_between_token_sources(tmp_path):
         ({"PARTIALFLOW_LOG_LEVEL": "chatty"}, "invalid log level"),
         ({"PARTIALFLOW_TLS_CERT": "c.pem"}, "both a certificate"),
         ({"PARTIALFLOW_METRICS_PORT": "70000"}, "invalid metrics_port"),
+        ({"PARTIALFLOW_SPARK_CONF": "spark.a"}, "invalid Spark setting 'spark.a': expected KEY"),
+        ({"PARTIALFLOW_SPARK_CONF": "a.b=1"}, "keys start with 'spark.'"),
     ],
 )
 def test_bad_settings_name_their_variable(env, message):
