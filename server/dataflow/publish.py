@@ -8,7 +8,7 @@ left it at. The writer half (``publish``) changes published rows and the LSN onl
 version before and after and retrying if it was odd or moved.
 
 Lock-free reads can't touch the executor's LRU or counters, so they log what they saw
-(``log_read``) and the executor accounts for it under its lock (``drain_reads``).
+(``log_reads``) and the executor accounts for it under its lock (``drain_reads``).
 """
 
 from __future__ import annotations
@@ -95,5 +95,6 @@ class Publisher:
                 return got, lsn
         return None
 
-    def log_read(self, st: State, fk: Row, hit: bool) -> None:
-        self._reads.append((st, fk, hit))
+    def log_reads(self, st: State, keys: list[Row], hit: bool) -> None:
+        """Record reads of ``keys`` (hits or misses) for the executor to account."""
+        self._reads.extend([(st, fk, hit) for fk in keys])
