@@ -22,7 +22,12 @@ from partialflow.operators.base import Row
 if TYPE_CHECKING:
     from partialflow.server.dataflow.state import State
 
-ReadEntry = tuple["State", Row, bool]  # (reader state, key, hit?)
+# (reader state, the keys one read found filled (hits) or not, hit?). One entry per read,
+# not per key: entries live until the executor drains them, and a lookup of thousands of
+# keys logging one tuple per key made that many objects survive into the garbage
+# collector's oldest generation, whose full collections (of the whole state) then ran
+# every second or so and stalled reads for hundreds of milliseconds.
+ReadEntry = tuple["State", list[Row], bool]
 
 
 class Publisher:
@@ -97,4 +102,5 @@ class Publisher:
 
     def log_reads(self, st: State, keys: list[Row], hit: bool) -> None:
         """Record reads of ``keys`` (hits or misses) for the executor to account."""
-        self._reads.extend([(st, fk, hit) for fk in keys])
+        if keys:
+            self._reads.append((st, keys, hit))
