@@ -7,7 +7,8 @@ per thread) and returns counts and per-call latencies (seconds).
 
 Operations (``spec["op"]["kind"]``):
 
-- ``ping``: the no-op RPC, the transport's own limit;
+- ``ping``: the no-op RPC, the transport's own limit; with ``payload`` and ``reply_bytes``
+  (byte counts) it moves as many bytes as a call it is compared with;
 - ``lookup``: ``lookup_many(view, batch keys)`` (``lookup`` for batch 1) with keys drawn
   from ``keys`` (``{"type": "zipf", "n", "s"}``, ``{"type": "list", "values"}``, or
   ``{"type": "each", "values"}``: thread i reads ``values[i]`` once);
@@ -81,8 +82,10 @@ def _make_op(op: dict, client: Client, tno: int, seed: int) -> Callable[[_Record
     """An operation for one thread: does one call, returns the items it moved."""
     kind = op["kind"]
     if kind == "ping":
+        payload, reply = b"\x01" * op.get("payload", 0), op.get("reply_bytes", 0)
+
         def ping(rec: _Recorder) -> int:
-            client.ping()
+            client.ping(payload, reply)
             return 1
         return ping
     if kind == "lookup" and op["keys"]["type"] == "each":
@@ -93,8 +96,6 @@ def _make_op(op: dict, client: Client, tno: int, seed: int) -> Callable[[_Record
             return 1
         return once
     if kind == "lookup":
-        if op.get("plain_rows"):
-            _plain_rows()
         keys = _Keys(op["keys"], seed)
         view, batch = op["view"], op.get("batch", 1)
 
@@ -119,24 +120,6 @@ def _make_op(op: dict, client: Client, tno: int, seed: int) -> Callable[[_Record
     if kind == "probe":
         return _prober(op, client, tno, seed)
     raise ValueError(f"unknown op {kind}")
-
-
-def _plain_rows() -> None:
-    """An experiment: ask for results as Row messages instead of a columnar RowBatch
-    (the client always asks for columnar), in this load process only."""
-    import partialflow.client.client as cc
-
-    real = cc.pb.LookupRequest
-
-    class _Pb:
-        def __getattr__(self, name: str) -> Any:
-            return getattr(cc.pb.__dict__["_real"], name)
-
-    if not isinstance(cc.pb, _Pb):
-        shim = _Pb()
-        shim.__dict__["_real"] = cc.pb
-        shim.LookupRequest = lambda **kw: real(**{**kw, "columnar": False})
-        cc.pb = shim
 
 
 def _sql_literal(v: Any) -> str:

@@ -42,7 +42,8 @@ def hit_latency(res: dict, out: Path, stamp: str) -> Path | None:
     fig, axes = plt.subplots(1, len(concs), figsize=(6 * len(concs), 4.2), squeeze=False)
     for ax, conc in zip(axes[0], concs, strict=True):
         runs = [r for r in hit["runs"] if r["concurrency"] == conc]
-        _cdf(ax, runs[0]["ping"]["cdf_ms"], "Ping (no-op RPC)", color="black", lw=2)
+        _cdf(ax, runs[0]["ping"]["cdf_ms"], "Ping (no-op RPC, single key's bytes)", color="black",
+             lw=2)
         for r in runs:
             _cdf(ax, r["lookup"]["cdf_ms"], f"lookup, batch {r['batch']}")
         ax.set_xscale("log")
@@ -181,7 +182,7 @@ def throughput(res: dict, out: Path, stamp: str) -> Path | None:
             ax.plot([r["batch"] for r in runs], [r["keys_per_s"] for r in runs], "o-",
                     label=f"keys/s, {conc} client(s)")
             ax.plot([r["batch"] for r in runs], [r["ping_calls_per_s"] for r in runs], ":",
-                    label=f"Ping calls/s, {conc} client(s)")
+                    label=f"Ping calls/s (same bytes as the batch), {conc} client(s)")
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("keys per lookup_many call")

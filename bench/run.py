@@ -10,9 +10,10 @@ Starts a server in this process on a local Spark session (load comes from separa
 worker processes), builds three data sets under a temporary directory and measures every
 figure of issue 5, each against a baseline run in the same process on the same data:
 
-- hit path: lookups of filled keys vs the no-op Ping RPC (single keys and lookup_many);
-- miss path: a cold read vs bare PySpark computing the same rows at the same snapshot,
-  and 64 concurrent cold reads vs one;
+- reads: a cold read vs bare PySpark computing the same rows at the same snapshot, and
+  64 concurrent cold reads vs one;
+- hits: lookups of filled keys (single keys, and lookup_many of 10/100/1000 keys: keys/s,
+  p50/p99 per call) vs the no-op Ping RPC carrying as many bytes each way;
 - memory: Zipf reads under memory limits of 1/5/20% of the full view vs full
   materialization, vs recomputing on Spark per request, and a restart;
 - writes: durable rows/s through the visits view and Nexmark Q4 vs tables no view reads,
@@ -40,7 +41,7 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
-SECTIONS = ["reads", "memory", "restart", "checkpoints", "writes", "nexmark", "stream"]
+SECTIONS = ["reads", "hits", "memory", "restart", "checkpoints", "writes", "nexmark", "stream"]
 
 FULL = {
     "quick": False,

@@ -89,11 +89,6 @@ class Suite:
             sec["coalescing"].append(reads.coalescing(
                 srv, self.pool, view="user_totals", keys=fan_keys,
                 trials=cfg["coalesce_trials"]))
-            self.save()
-            self.sections["hit_path"] = reads.hit_path(
-                srv, self.pool, view="user_totals", keys=list(range(cfg["hit_keys"])),
-                seconds=cfg["hit_seconds"], batches=cfg["hit_batches"],
-                concurrency=[tuple(c) for c in cfg["hit_concurrency"]])
         self.save()
         v = cfg["visits"]
         with InProcServer(self.visits(), self.spark) as srv:
@@ -106,6 +101,15 @@ class Suite:
             trials = min(cfg["coalesce_trials"], len(rest) // 65)
             sec["coalescing"].append(reads.coalescing(
                 srv, self.pool, view="max_visit", keys=rest, trials=trials))
+
+    def hits(self) -> None:
+        """Lookups of filled keys (single and batched) against a same-size no-op call."""
+        cfg = self.cfg
+        with InProcServer(self.events(), self.spark) as srv:
+            self.sections["hit_path"] = reads.hit_path(
+                srv, self.pool, view="user_totals", keys=list(range(cfg["hit_keys"])),
+                seconds=cfg["hit_seconds"], batches=cfg["hit_batches"],
+                concurrency=[tuple(c) for c in cfg["hit_concurrency"]])
 
     def memory(self) -> None:
         cfg = self.cfg

@@ -10,6 +10,7 @@ own writes. Historical reads (``query(..., as_of=...)``) neither use nor raise t
 
 from __future__ import annotations
 
+import operator
 import threading
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,11 +23,13 @@ from partialflow.client.errors import InvalidArgument, PartialflowError, error_f
 from partialflow.proto import partialflow_pb2 as pb
 from partialflow.proto import partialflow_pb2_grpc as pb_grpc
 from partialflow.proto.values import (
+    WireError,
     add_rows,
     decode_batch,
     decode_rows,
     decode_values,
     fill_batch,
+    fill_key,
     make_key,
 )
 
@@ -98,8 +101,37 @@ def _add_rows(rows_field: Any, batch: pb.RowBatch, rows: Iterable[Sequence[Any]]
         add_rows(rows_field, rows)
 
 
+def _add_keys(request: pb.LookupRequest, keys: list[tuple]) -> None:
+    """Keys into a lookup request: as a columnar key batch when they have one arity of at
+    least one value, else as Key messages (keys of a view without parameters, or keys of
+    unequal arity, which the server then names)."""
+    if len(keys) <= 1 or not keys[0] or not fill_batch(request.key_batch, keys):
+        # One key: a Key message costs less to build than a one-row batch (none: nothing).
+        for key in keys:
+            fill_key(request.keys.add(), key)
+
+
+def _results_of(response: pb.LookupResponse, n: int) -> list[Result]:
+    """A lookup's columnar answer as one Result per key. The block is decoded a column at
+    a time (C loops over packed lists; no per-cell Python code), then cut into keys."""
+    offsets = list(response.offsets)
+    if len(offsets) != n:
+        raise WireError(f"the answer has {len(offsets)} offsets for {n} keys")
+    rows = decode_batch(response.rows, "rows")
+    columns = list(response.columns)
+    ends = [*offsets[1:], len(rows)] if n else []
+    if not all(map(operator.le, offsets, ends)):
+        raise WireError(f"the answer's offsets are not in order: {offsets}")
+    lsns = list(response.key_lsns) or [response.lsn] * n
+    if len(lsns) != n:
+        raise WireError(f"the answer has {len(lsns)} LSNs for {n} keys")
+    return [
+        Result(rows[a:b], columns, lsn) for a, b, lsn in zip(offsets, ends, lsns, strict=True)
+    ]
+
+
 def _rows_of(msg: Any) -> list[tuple]:
-    """The rows of a ResultSet or KeyResult, whichever form the server used."""
+    """The rows of a ResultSet, whichever form the server used."""
     rows = decode_rows(msg.rows)
     if msg.HasField("batch"):
         rows.extend(decode_batch(msg.batch))
@@ -266,42 +298,39 @@ class Client:
 
     # -- reads ----------------------------------------------------------------------
 
-    def _lookup(self, view: str, keys: list[tuple], min_lsn: int | None) -> pb.LookupResponse:
-        request = pb.LookupRequest(view=view, columnar=True)
+    def _lookup(self, view: str, keys: list[tuple], min_lsn: int | None) -> list[Result]:
+        """One Lookup call: a Result per key, in the order given."""
+        request = pb.LookupRequest(view=view)
         floor = self._min_lsn(min_lsn)
         if floor is not None:
             request.min_lsn = floor
         try:
-            for key in keys:
-                request.keys.append(make_key(key))
+            _add_keys(request, keys)
         except (TypeError, ValueError) as err:
             raise InvalidArgument(f"lookup in {view}: {err}") from None
         response = self._call(self._stub.Lookup, request)
-        if response.results:
-            self._raise_floor(max(r.lsn for r in response.results))
-        return response
+        results = _results_of(response, len(keys))
+        if results:
+            self._raise_floor(response.lsn)
+        return results
 
     def lookup(self, view: str, key: Any = (), *, min_lsn: int | None = None) -> Result:
         """Rows of ``view`` whose parameters equal ``key`` (scalar for one parameter).
 
         With ``min_lsn`` the read waits until the view reflects that write.
         """
-        response = self._lookup(view, [_key_tuple(key)], min_lsn)
-        columns = list(response.columns)
-        found = response.results[0]
-        return Result(_rows_of(found), columns, found.lsn)
+        return self._lookup(view, [_key_tuple(key)], min_lsn)[0]
 
     def lookup_many(
         self, view: str, keys: Iterable[Any], *, min_lsn: int | None = None
     ) -> dict[Any, Result]:
-        """Look up several keys in one round trip; the dict is keyed by the keys as given."""
+        """Look up several keys in one round trip; the dict is keyed by the keys as given.
+
+        The keys travel as one columnar batch and all their rows come back as one block,
+        decoded column by column (see ``_results_of``)."""
         given = [k if isinstance(k, Hashable) else tuple(k) for k in keys]
-        response = self._lookup(view, [_key_tuple(k) for k in given], min_lsn)
-        columns = list(response.columns)
-        return {
-            k: Result(_rows_of(r), columns, r.lsn)
-            for k, r in zip(given, response.results, strict=True)
-        }
+        results = self._lookup(view, [_key_tuple(k) for k in given], min_lsn)
+        return dict(zip(given, results, strict=True))
 
     def query(self, sql: str, *, as_of: int | None = None) -> Result:
         """Run a SELECT over the base tables on Spark, at the latest LSN or at ``as_of``."""
@@ -405,9 +434,11 @@ class Client:
             raise PartialflowError("the load ended without a result", grpc.StatusCode.UNKNOWN)
         return result
 
-    def ping(self) -> None:
-        """A no-op round trip (measures the transport alone)."""
-        self._call(self._stub.Ping, pb.PingRequest())
+    def ping(self, payload: bytes = b"", reply_bytes: int = 0) -> None:
+        """A no-op round trip (measures the transport alone). ``payload`` is sent and
+        ignored; the answer carries ``reply_bytes`` bytes: a no-op moving as many bytes
+        as a call being measured."""
+        self._call(self._stub.Ping, pb.PingRequest(payload=payload, reply_bytes=reply_bytes))
 
 
 __all__ = ["Client", "LoadProgress", "LoadResult", "Result"]

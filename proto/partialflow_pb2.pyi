@@ -112,36 +112,30 @@ class WriteResponse(_message.Message):
     def __init__(self, lsn: _Optional[int] = ...) -> None: ...
 
 class LookupRequest(_message.Message):
-    __slots__ = ("view", "keys", "min_lsn", "columnar")
+    __slots__ = ("view", "keys", "min_lsn", "key_batch")
     VIEW_FIELD_NUMBER: _ClassVar[int]
     KEYS_FIELD_NUMBER: _ClassVar[int]
     MIN_LSN_FIELD_NUMBER: _ClassVar[int]
-    COLUMNAR_FIELD_NUMBER: _ClassVar[int]
+    KEY_BATCH_FIELD_NUMBER: _ClassVar[int]
     view: str
     keys: _containers.RepeatedCompositeFieldContainer[Key]
     min_lsn: int
-    columnar: bool
-    def __init__(self, view: _Optional[str] = ..., keys: _Optional[_Iterable[_Union[Key, _Mapping]]] = ..., min_lsn: _Optional[int] = ..., columnar: _Optional[bool] = ...) -> None: ...
-
-class KeyResult(_message.Message):
-    __slots__ = ("key", "rows", "lsn", "batch")
-    KEY_FIELD_NUMBER: _ClassVar[int]
-    ROWS_FIELD_NUMBER: _ClassVar[int]
-    LSN_FIELD_NUMBER: _ClassVar[int]
-    BATCH_FIELD_NUMBER: _ClassVar[int]
-    key: Key
-    rows: _containers.RepeatedCompositeFieldContainer[Row]
-    lsn: int
-    batch: RowBatch
-    def __init__(self, key: _Optional[_Union[Key, _Mapping]] = ..., rows: _Optional[_Iterable[_Union[Row, _Mapping]]] = ..., lsn: _Optional[int] = ..., batch: _Optional[_Union[RowBatch, _Mapping]] = ...) -> None: ...
+    key_batch: RowBatch
+    def __init__(self, view: _Optional[str] = ..., keys: _Optional[_Iterable[_Union[Key, _Mapping]]] = ..., min_lsn: _Optional[int] = ..., key_batch: _Optional[_Union[RowBatch, _Mapping]] = ...) -> None: ...
 
 class LookupResponse(_message.Message):
-    __slots__ = ("columns", "results")
+    __slots__ = ("columns", "rows", "offsets", "lsn", "key_lsns")
     COLUMNS_FIELD_NUMBER: _ClassVar[int]
-    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    LSN_FIELD_NUMBER: _ClassVar[int]
+    KEY_LSNS_FIELD_NUMBER: _ClassVar[int]
     columns: _containers.RepeatedScalarFieldContainer[str]
-    results: _containers.RepeatedCompositeFieldContainer[KeyResult]
-    def __init__(self, columns: _Optional[_Iterable[str]] = ..., results: _Optional[_Iterable[_Union[KeyResult, _Mapping]]] = ...) -> None: ...
+    rows: RowBatch
+    offsets: _containers.RepeatedScalarFieldContainer[int]
+    lsn: int
+    key_lsns: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, columns: _Optional[_Iterable[str]] = ..., rows: _Optional[_Union[RowBatch, _Mapping]] = ..., offsets: _Optional[_Iterable[int]] = ..., lsn: _Optional[int] = ..., key_lsns: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class QueryRequest(_message.Message):
     __slots__ = ("sql", "as_of", "columnar")
@@ -508,9 +502,15 @@ class CheckpointResponse(_message.Message):
     def __init__(self, seq: _Optional[int] = ..., lsn: _Optional[int] = ..., kind: _Optional[str] = ..., bytes: _Optional[int] = ..., duration_s: _Optional[float] = ..., chain_files: _Optional[int] = ...) -> None: ...
 
 class PingRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("payload", "reply_bytes")
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    REPLY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    payload: bytes
+    reply_bytes: int
+    def __init__(self, payload: _Optional[bytes] = ..., reply_bytes: _Optional[int] = ...) -> None: ...
 
 class PingResponse(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("payload",)
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    payload: bytes
+    def __init__(self, payload: _Optional[bytes] = ...) -> None: ...

@@ -168,7 +168,8 @@ class PartialflowServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Ping(self, request, context):
-        """Does nothing: measures the transport's own round trip for benchmarks.
+        """Does nothing: measures the transport's own round trip (with payloads of a chosen
+        size) for benchmarks.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

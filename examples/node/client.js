@@ -6,7 +6,8 @@
 //   node client.js 127.0.0.1:50051 [NAME_PREFIX]
 //
 // It creates a table, writes rows as a RowBatch and as repeated Row, creates views with a
-// `?` parameter, looks keys up (decoding both the `rows` and the `batch` answer), reads
+// `?` parameter, looks keys up (sent as Key messages and as a key batch; each answer is
+// one columnar block for all keys), reads
 // the typed Stats, and triggers each error status the server answers. One line per step;
 // the exit status is non-zero on any unexpected result. Table and view names start with
 // NAME_PREFIX (default: a random one), so re-runs against the same server work.
@@ -127,6 +128,23 @@ function decodeBatch(batch) {
   return Array.from({ length: n }, (_, i) => columns.map((col) => col[i]));
 }
 
+// A LookupResponse as one { rows, lsn } per key, in the order asked: every key's rows are
+// in one RowBatch, key after key; key i's start at offsets[i] and end where the next key's
+// start (the last key's at num_rows). `key_lsns`, when not empty, has one LSN per key;
+// otherwise every key is exact at `lsn`.
+function decodeLookup(response, n) {
+  const rows = decodeBatch(response.rows);
+  const offsets = response.offsets;
+  const lsns = response.key_lsns.length ? response.key_lsns : new Array(n).fill(response.lsn);
+  if (offsets.length !== n || lsns.length !== n) {
+    throw new Error(`malformed answer: ${offsets.length} offsets, ${lsns.length} LSNs for ${n} keys`);
+  }
+  return offsets.map((start, i) => ({
+    rows: rows.slice(start, i + 1 < n ? offsets[i + 1] : rows.length),
+    lsn: BigInt(lsns[i]),
+  }));
+}
+
 // ---- printing -----------------------------------------------------------------------------
 
 function show(v) {
@@ -240,29 +258,29 @@ async function main() {
   });
   step(`Execute CREATE VIEW ${byProduct} (aggregate) and ${visitsOf} (rows), each keyed by product = ?`);
 
-  // 5. Lookup: the same keys answered as `rows` and as `batch` (columnar), read-your-writes
-  // with min_lsn (an int64: sent as a string).
+  // 5. Lookup: the same keys sent as Key messages and as a key batch (columnar), each
+  // answered as one columnar block; read-your-writes with min_lsn (an int64: a string).
   const keys = ['Apple', 'Banana', 'Carrot', 'Durian'];
   const lookups = {};
   for (const view of [byProduct, visitsOf]) {
-    const request = { view, keys: keys.map((k) => ({ values: [toValue(k)] })), min_lsn: int64(lsn2) };
-    const asRows = await call(stub, 'Lookup', request);
-    const asBatch = await call(stub, 'Lookup', { ...request, columnar: true });
-    check(asRows.results.length === keys.length, `${view}: one result per key`);
-    lookups[view] = { columns: asRows.columns, results: {} };
-    asRows.results.forEach((res, i) => {
-      const rows = fromRows(res.rows);
-      const other = asBatch.results[i];
-      check(res.batch === null || res.batch.num_rows === 0, `${view}: rows answer has no batch`);
-      check(other.rows.length === 0, `${view}: batch answer has no rows`);
-      const fromBatch = decodeBatch(other.batch);
-      check(BigInt(res.lsn) >= lsn2 && BigInt(other.lsn) >= lsn2, `${view}: answers at LSN >= ${lsn2}`);
-      check(sameRows(rows, fromBatch), `${view} ${keys[i]}: rows ${show(rows)} != batch ${show(fromBatch)}`);
-      check(fromValue(res.key.values[0]) === keys[i], `${view}: results in request order`);
-      lookups[view].results[keys[i]] = { lsn: BigInt(res.lsn), rows };
-      console.log(`   ${view}[${keys[i]}] @${res.lsn}: ${rows.map(show).join(' ') || '(no rows)'}`);
+    const asKeys = await call(stub, 'Lookup', {
+      view, keys: keys.map((k) => ({ values: [toValue(k)] })), min_lsn: int64(lsn2),
     });
-    step(`Lookup ${view}: ${keys.length} keys, rows and batch answers agree (columns ${asRows.columns.join(',')})`);
+    const asBatch = await call(stub, 'Lookup', {
+      view, key_batch: toBatch(keys.map((k) => [k])), min_lsn: int64(lsn2),
+    });
+    const fromKeys = decodeLookup(asKeys, keys.length);
+    const fromBatch = decodeLookup(asBatch, keys.length);
+    lookups[view] = { columns: asKeys.columns, results: {} };
+    fromKeys.forEach((res, i) => {
+      const other = fromBatch[i];
+      check(res.lsn >= lsn2 && other.lsn >= lsn2, `${view}: answers at LSN >= ${lsn2}`);
+      check(sameRows(res.rows, other.rows),
+        `${view} ${keys[i]}: key answer ${show(res.rows)} != key batch answer ${show(other.rows)}`);
+      lookups[view].results[keys[i]] = res;
+      console.log(`   ${view}[${keys[i]}] @${res.lsn}: ${res.rows.map(show).join(' ') || '(no rows)'}`);
+    });
+    step(`Lookup ${view}: ${keys.length} keys as Keys and as a key batch, answers agree (columns ${asKeys.columns.join(',')})`);
   }
   // What the aggregate must say, from the rows written above.
   const apple = lookups[byProduct].results.Apple.rows;

@@ -1,22 +1,46 @@
-"""The engine's statistics and compaction reports as typed wire messages.
+"""The engine's lookup answers, statistics and compaction reports as typed wire messages.
 
-The engine reports plain dicts (also read by the metrics collector and the tests); this
-module is the one place that maps them onto ``StatsResponse`` and ``CompactResponse``.
+A lookup's answer is one columnar block for all of its keys (``LookupResponse``): every
+key's rows in one RowBatch, key after key, with the offset where each key's rows start,
+so encoding costs per column, not one message per key. The engine reports statistics as
+plain dicts (also read by the metrics collector and the tests); this module is the one
+place that maps them onto ``StatsResponse`` and ``CompactResponse``.
 Every counter travels as an int64, so LSNs and byte counts stay exact in any client
 (a ``google.protobuf.Struct`` would have made each of them a double).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from itertools import accumulate, chain
 from typing import Any
 
 from partialflow.proto import partialflow_pb2 as pb
-from partialflow.proto.values import set_value
+from partialflow.proto.values import fill_batch, set_value
 
 # Top-level keys of ``Engine.stats()`` that have a field of their own; every other
 # integral top-level figure is an executor counter and goes to ``counters``.
 _OWN_FIELDS = frozenset(pb.StatsResponse.DESCRIPTOR.fields_by_name) - {"counters"}
+
+
+def lookup_message(
+    columns: Sequence[str], results: Sequence[tuple[list[tuple], int]]
+) -> pb.LookupResponse:
+    """A lookup's answer (per key, in the order asked: its rows and the LSN they are exact
+    at) as one columnar block. ``key_lsns`` is only sent when the keys' LSNs differ."""
+    out = pb.LookupResponse(columns=columns)
+    if not results:
+        return out
+    per_key = [rows for rows, _ in results]
+    out.offsets.extend(accumulate(map(len, per_key[:-1]), initial=0))
+    if not fill_batch(out.rows, list(chain.from_iterable(per_key)), lenient=True):
+        # A view's rows all have its width; anything else is a bug in the engine.
+        raise RuntimeError(f"rows of unequal width in a lookup answer of columns {columns}")
+    lsns = [lsn for _, lsn in results]
+    out.lsn = max(lsns)
+    if lsns.count(out.lsn) != len(lsns):
+        out.key_lsns.extend(lsns)
+    return out
 
 
 def _scalars(message: Any, data: Mapping[str, Any]) -> None:

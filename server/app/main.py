@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import signal
 import sys
@@ -67,6 +68,24 @@ def _bind(server: grpc.Server, config: Config) -> int:
     return port
 
 
+# The cyclic garbage collector's first threshold (CPython's default is 700). A server holds
+# millions of long-lived objects (its states), and a lookup of many keys allocates
+# thousands of short-lived ones: at 700, collections ran during nearly every such lookup,
+# promoting what was alive at that instant, which made full collections of the whole heap
+# (hundreds of ms each) run every second or two under batch reads. Measured in-process
+# with 1000-key lookups of a 50k-key view: full collections went from 2 per 200 calls
+# (p99 222 ms) to none (p99 43 ms). Objects are still freed by reference counting at once;
+# only cycles wait longer.
+GC_YOUNG_THRESHOLD = 10_000
+
+
+def tune_gc() -> None:
+    """Raise the collector's first threshold to ``GC_YOUNG_THRESHOLD`` (never lower it)."""
+    young, middle, old = gc.get_threshold()
+    if 0 < young < GC_YOUNG_THRESHOLD:
+        gc.set_threshold(GC_YOUNG_THRESHOLD, middle, old)
+
+
 def create_server(
     config: Config, *, engine: Engine | None = None, spark: Any = None
 ) -> tuple[grpc.Server, int]:
@@ -78,8 +97,10 @@ def create_server(
     Health reports SERVING for the server and for ``partialflow.v1.Partialflow`` because
     the engine is ready by the time this returns. With ``config.tls_cert`` the port speaks
     TLS only; with ``config.auth_token`` every call but health needs the bearer token; with
-    ``config.metrics_port`` Prometheus metrics are served (see ``metrics_port_of``).
+    ``config.metrics_port`` Prometheus metrics are served (see ``metrics_port_of``). The
+    process's garbage collector is tuned for a server's heap (``tune_gc``).
     """
+    tune_gc()
     interceptors = [TokenAuthInterceptor(config.auth_token)] if config.auth_token else []
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="rpc"),

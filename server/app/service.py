@@ -32,7 +32,7 @@ from partialflow.proto.values import (
     decode_values,
     fill_batch,
 )
-from partialflow.server.app.answers import compact_message, stats_message
+from partialflow.server.app.answers import compact_message, lookup_message, stats_message
 from partialflow.server.engine import Engine, ResultSet
 from partialflow.server.errors import InvalidArgument, PartialflowError
 
@@ -45,6 +45,9 @@ SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Partialflow"].full_name
 # up to 3 bytes per UTF-8 byte.
 MAX_DETAILS_BYTES = 2000
 
+
+# The largest payload a Ping answers with (a benchmark's largest answers are a few MiB).
+MAX_PING_REPLY = 64 * 1024 * 1024
 
 TOO_DEEP = (
     "the statement nests too deeply for the server (parentheses, or a chain of AND/OR, "
@@ -107,8 +110,8 @@ def _rpc_stream(method: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def put_rows(message: Any, rows: list[tuple], columnar: bool) -> None:
-    """Rows into a ResultSet or KeyResult: as its ``batch`` if the client asked for that
-    (and the rows are rectangular), else as ``rows``."""
+    """Rows into a ResultSet: as its ``batch`` if the client asked for that (and the rows
+    are rectangular), else as ``rows``."""
     if not (columnar and fill_batch(message.batch, rows, lenient=True)):
         add_rows(message.rows, rows, lenient=True)
 
@@ -126,6 +129,23 @@ def take_rows(
             )
         decoded.extend(decode_batch(batch, batch_field))
     return decoded
+
+
+def take_keys(request: pb.LookupRequest) -> list[tuple]:
+    """The keys of a lookup, from its Key messages then its key batch; a malformed message
+    raises WireError naming ``keys[i]`` or ``key_batch.columns[j]``."""
+    keys = decode_rows(request.keys, "keys")
+    if request.HasField("key_batch"):
+        batch = request.key_batch
+        if batch.num_rows and not batch.columns:
+            # Refused rather than read as num_rows empty keys: a 5-byte message could ask
+            # for 2^32 of them.
+            raise InvalidArgument(
+                f"key_batch: num_rows is {batch.num_rows} but the batch has no columns "
+                "(keys of a view without parameters travel as `keys`)"
+            )
+        keys.extend(decode_batch(batch, "key_batch"))
+    return keys
 
 
 def check_lsn(value: int, field: str) -> int:
@@ -251,17 +271,11 @@ class PartialflowServicer(pb_grpc.PartialflowServicer):
         min_lsn = check_lsn(request.min_lsn, "min_lsn") if request.HasField("min_lsn") else None
         columns, results = self.engine.lookup(
             request.view,
-            decode_rows(request.keys, "keys"),
+            take_keys(request),
             min_lsn=min_lsn,
             timeout=context.time_remaining(),
         )
-        response = pb.LookupResponse(columns=columns)
-        for key, (rows, lsn) in zip(request.keys, results, strict=True):
-            found = response.results.add()
-            found.key.CopyFrom(key)
-            put_rows(found, rows, request.columnar)
-            found.lsn = lsn
-        return response
+        return lookup_message(columns, results)
 
     @_rpc
     def Query(self, request: pb.QueryRequest, context: grpc.ServicerContext) -> pb.ResultSet:
@@ -323,5 +337,12 @@ class PartialflowServicer(pb_grpc.PartialflowServicer):
                 rows=event.rows,
             )
 
+    @_rpc
     def Ping(self, request: pb.PingRequest, context: grpc.ServicerContext) -> pb.PingResponse:
-        return pb.PingResponse()
+        if not request.reply_bytes:
+            return pb.PingResponse()
+        if request.reply_bytes > MAX_PING_REPLY:
+            raise InvalidArgument(
+                f"reply_bytes: {request.reply_bytes} is more than {MAX_PING_REPLY} (64 MiB)"
+            )
+        return pb.PingResponse(payload=bytes(request.reply_bytes))

@@ -291,12 +291,14 @@ class Executor:
 
     def account_reads(self) -> None:
         """LRU recency and hit/miss counters of lock-free reads (caller holds the lock)."""
-        for st, fk, hit in self.publisher.drain_reads():
+        for st, keys, hit in self.publisher.drain_reads():
+            view: str = st.node.view  # type: ignore[assignment]
             if hit:
-                self.stats.count_view(st.node.view, "hits")  # type: ignore[arg-type]
-                self.evictor.touch(st, fk)
+                self.stats.count_view(view, "hits", len(keys))
+                for fk in keys:
+                    self.evictor.touch(st, fk)
             else:
-                self.stats.count_view(st.node.view, "misses")  # type: ignore[arg-type]
+                self.stats.count_view(view, "misses", len(keys))
 
     # -- what the fill coordinator needs (FillHost) ------------------------------------
     def changed(self, st: State, fk: Row) -> None:

@@ -23,7 +23,7 @@ from partialflow.server.dataflow.fill import Waiter
 from partialflow.server.dataflow.graph import Graph, Reader
 from partialflow.server.dataflow.materialize import states_of
 from partialflow.server.dataflow.packets import Write
-from partialflow.server.dataflow.reads import Param, Read, check_key, parameters
+from partialflow.server.dataflow.reads import Param, Read, check_key, keys_fit, parameters
 from partialflow.server.dataflow.recovery import recover
 from partialflow.server.dataflow.runner import UpqueryRunner
 from partialflow.server.dataflow.state import State
@@ -315,10 +315,21 @@ class Dataflow:
         return Read(self.executor, reader, checked)
 
     def _checked(self, view: str, keys: list[Any]) -> tuple[Reader, list[Row]]:
-        """The view's reader and its keys, each checked against the view's parameters."""
+        """The view's reader and its keys, each checked against the view's parameters.
+        Among several keys, an error names the bad one by its position."""
         reader = self._reader(view)
         params = self._params.get(reader.name)
-        return reader, [check_key(reader, k, params) for k in keys]
+        if len(keys) == 1:
+            return reader, [check_key(reader, keys[0], params)]
+        if keys_fit(reader, keys, params):
+            return reader, keys
+        checked = []
+        for i, k in enumerate(keys):
+            try:
+                checked.append(check_key(reader, k, params))
+            except InvalidArgument as err:
+                raise InvalidArgument(f"key {i} of {len(keys)}: {err}") from None
+        return reader, checked
 
     def lookup(self, view: str, keys: list[tuple], *, min_lsn: int | None,
                timeout: float) -> tuple[list[str], list[tuple[list[tuple], int]]]:

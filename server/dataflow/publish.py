@@ -8,7 +8,7 @@ left it at. The writer half (``publish``) changes published rows and the LSN onl
 version before and after and retrying if it was odd or moved.
 
 Lock-free reads can't touch the executor's LRU or counters, so they log what they saw
-(``log_read``) and the executor accounts for it under its lock (``drain_reads``).
+(``log_reads``) and the executor accounts for it under its lock (``drain_reads``).
 """
 
 from __future__ import annotations
@@ -22,7 +22,12 @@ from partialflow.operators.base import Row
 if TYPE_CHECKING:
     from partialflow.server.dataflow.state import State
 
-ReadEntry = tuple["State", Row, bool]  # (reader state, key, hit?)
+# (reader state, the keys one read found filled (hits) or not, hit?). One entry per read,
+# not per key: entries live until the executor drains them, and a lookup of thousands of
+# keys logging one tuple per key made that many objects survive into the garbage
+# collector's oldest generation, whose full collections (of the whole state) then ran
+# every second or so and stalled reads for hundreds of milliseconds.
+ReadEntry = tuple["State", list[Row], bool]
 
 
 class Publisher:
@@ -95,5 +100,7 @@ class Publisher:
                 return got, lsn
         return None
 
-    def log_read(self, st: State, fk: Row, hit: bool) -> None:
-        self._reads.append((st, fk, hit))
+    def log_reads(self, st: State, keys: list[Row], hit: bool) -> None:
+        """Record reads of ``keys`` (hits or misses) for the executor to account."""
+        if keys:
+            self._reads.append((st, keys, hit))

@@ -86,6 +86,33 @@ def check_key(reader: Reader, key: Any, params: list[Param | None] | None = None
     return key
 
 
+def keys_fit(reader: Reader, keys: list[Any], params: list[Param | None] | None) -> bool:
+    """Whether every key is a tuple of the view's arity whose values are NULL or exactly of
+    their parameter's plain type: ``check_key``'s common case, checked a column at a time
+    (C loops) for a lookup of many keys. False means: check key by key, which names the
+    bad key if there is one."""
+    n = len(reader.plan.key)
+    if set(map(type, keys)) != {tuple} or set(map(len, keys)) != {n}:
+        return False
+    for i, param in enumerate(params or ()):
+        if param is None:
+            continue
+        column = [k[i] for k in keys]
+        types = set(map(type, column)) - {type(None)}
+        if not types:
+            continue
+        if len(types) > 1:
+            return False
+        t = types.pop()
+        if (param.type, t) in _PLAIN:
+            continue
+        if t is not int or param.type != "BIGINT" or None in column:
+            return False
+        if min(column) not in _INT64 or max(column) not in _INT64:
+            return False
+    return True
+
+
 _INT64 = range(-(2**63), 2**63)
 # Values whose type alone proves they fit (the common case, checked per key on every read).
 _PLAIN = {("TEXT", str), ("DOUBLE", float), ("BOOLEAN", bool)}
@@ -138,15 +165,20 @@ class Read:
         fast = ex.publisher.read(st, self.keys)
         if fast is not None:
             got, lsn = fast
+            results = self.results
+            hits: list[Row] = []
+            # One pass per key with no calls in it: a lookup_many of thousands of keys
+            # spends its server time here.
             for k, rows in got.items():
-                if any(v is None for v in k):  # `col = NULL` is never true in SQL
-                    self.results[k] = ([], lsn)
+                if None in k:  # `col = NULL` is never true in SQL
+                    results[k] = ([], lsn)
                 elif rows is not None:
-                    self.results[k] = (list(rows), lsn)
-                    ex.publisher.log_read(st, k, True)
+                    results[k] = (list(rows), lsn)
+                    hits.append(k)
                 else:
                     misses.append(k)
-                    ex.publisher.log_read(st, k, False)
+            ex.publisher.log_reads(st, hits, True)
+            ex.publisher.log_reads(st, misses, False)
         else:
             with ex.lock:
                 ex.account_reads()
@@ -199,8 +231,21 @@ class Read:
 
     def answer(self) -> list[Answer]:
         """Per key (in the order asked), the rows as the caller sees them and their LSN."""
-        plan = self.reader.plan
-        return [(present(plan, self.results[k][0]), self.results[k][1]) for k in self.keys]
+        plan, results = self.reader.plan, self.results
+        if _as_stored(plan, len(self.reader.node.columns)):
+            return [results[k] for k in self.keys]
+        return [(present(plan, results[k][0]), results[k][1]) for k in self.keys]
+
+
+def _as_stored(plan: ViewPlan, width: int) -> bool:
+    """Whether ``present`` leaves every answer of the view as stored (no order, limit,
+    empty-group row or hidden column): then a read skips it, key by key."""
+    return (
+        not plan.order
+        and plan.limit is None
+        and plan.empty_row is None
+        and plan.visible == tuple(range(width))
+    )
 
 
 def present(plan: ViewPlan, rows: list[Row]) -> list[Row]:

@@ -160,6 +160,30 @@ def ref_batch(b: pb.RowBatch) -> list[tuple]:
     return list(zip(*columns, strict=True))
 
 
+def ref_keys(req: pb.LookupRequest) -> list[tuple]:
+    """A lookup's keys: its Key messages, then its key batch."""
+    keys = ref_rows(req.keys)
+    if req.HasField("key_batch"):
+        keys += ref_batch(req.key_batch)
+    return keys
+
+
+def ref_answer(answer: pb.LookupResponse, n: int) -> list[tuple[list[tuple], int]]:
+    """Per key, its rows and LSN, from a lookup's columnar block; asserts the block is
+    well formed (one offset per key, in order, within the rows; one LSN per key or none)."""
+    rows = ref_batch(answer.rows)
+    offsets = list(answer.offsets)
+    assert len(offsets) == n, f"{len(offsets)} offsets for {n} keys"
+    ends = [*offsets[1:], len(rows)] if n else []
+    assert all(0 <= a <= b <= len(rows) for a, b in zip(offsets, ends, strict=True)), offsets
+    lsns = list(answer.key_lsns)
+    assert not lsns or len(lsns) == n, f"{len(lsns)} key LSNs for {n} keys"
+    if not lsns:
+        lsns = [answer.lsn] * n
+    assert not lsns or max(lsns) == answer.lsn, f"lsn {answer.lsn}, key LSNs {lsns}"
+    return [(rows[a:b], lsn) for a, b, lsn in zip(offsets, ends, lsns, strict=True)]
+
+
 def ref_write(req: pb.WriteRequest) -> tuple[list[tuple], list[tuple]]:
     inserts = ref_rows(req.inserts)
     if req.HasField("insert_batch"):
@@ -431,7 +455,18 @@ def keys_of(draw: Any) -> list[pb.Key]:
 
 @st.composite
 def lookup_requests(draw: Any) -> pb.LookupRequest:
-    req = pb.LookupRequest(view=draw(VIEW_NAMES), keys=keys_of(draw), columnar=draw(BOOLS))
+    """Keys as Key messages, and often more of them in a key batch (the client's encoder),
+    sometimes mutated."""
+    req = pb.LookupRequest(view=draw(VIEW_NAMES), keys=keys_of(draw))
+    if draw(st.booleans()):
+        width = draw(st.sampled_from([1, 1, 1, 0, 2]))
+        value = st.sampled_from(DOMAIN) | ANY_VALUE
+        batch_keys = draw(st.lists(st.tuples(*[value] * width), max_size=6))
+        rnd = draw(st.randoms(use_true_random=True))
+        put_rows(rnd, batch_keys, req.keys, req.key_batch)
+        if draw(st.integers(0, 3)) == 0:
+            spare = draw(st.lists(ANY_VALUE, min_size=3, max_size=3))
+            mutate_batch(rnd, draw(st.sampled_from(BATCH_MUTATIONS)), req.key_batch, spare)
     if draw(st.booleans()):
         req.min_lsn = draw(LSNS)
     return req
@@ -623,7 +658,11 @@ def message_of(method: str) -> st.SearchStrategy:
     simple = {
         "Stats": st.just(pb.StatsRequest()),
         "Flush": st.just(pb.FlushRequest()),
-        "Ping": st.just(pb.PingRequest()),
+        "Ping": st.builds(
+            lambda payload, reply: pb.PingRequest(payload=payload, reply_bytes=reply),
+            st.binary(max_size=64),
+            st.sampled_from([0, 0, 1, 1000, 64 * 2**20 + 1, 2**32 - 1]),
+        ),
         "Checkpoint": st.just(pb.CheckpointRequest()),
         "Explain": VIEW_NAMES.map(lambda v: pb.ExplainRequest(view=v)),
         "Compact": st.one_of(
@@ -807,6 +846,13 @@ class Driver:
                 expect_invalid = not (write[0] or write[1])  # an empty write is refused
             except Malformed:
                 expect_invalid = True
+        if method == "Ping" and msg is not None:
+            expect_invalid = msg.reply_bytes > 64 * 2**20
+        if method == "Lookup" and msg is not None:
+            try:
+                ref_keys(msg)
+            except Malformed:
+                expect_invalid = True
         timeout = {"Lookup": 5.0, "Write": 60.0, "Load": 120.0, "Compact": 120.0}.get(method, 60.0)
         self.sent[method] += 1
         t0 = time.monotonic()
@@ -849,6 +895,8 @@ class Driver:
                 self.apply_and_check("fz_bag", FILE_ROWS[kind], [], done[0].lsn, shown)
         elif method == "Lookup":
             self.check_lookup(msg, answer, shown)
+        elif method == "Ping" and msg is not None:
+            assert len(answer.payload) == msg.reply_bytes, f"Ping answered wrong size: {shown}"
         elif method in ("Execute", "Flush", "Compact", "Evict", "Load"):
             if method == "Evict":
                 self.forget(msg)
@@ -882,16 +930,16 @@ class Driver:
     # -- checks ----------------------------------------------------------------------
 
     def lookup(self, view: str, keys: list[int], min_lsn: int) -> dict[int, Counter]:
-        req = pb.LookupRequest(view=view, min_lsn=min_lsn, columnar=True)
-        for k in keys:
-            req.keys.add().values.add().int_value = k
+        req = pb.LookupRequest(view=view, min_lsn=min_lsn)
+        column = req.key_batch.columns.add(kind=pb.Column.INT)
+        column.ints.extend(keys)
+        req.key_batch.num_rows = len(keys)
         t0 = time.monotonic()
         code, answer = self.call("Lookup", req.SerializeToString(), 120)
         self.seconds["check: lookup"] += time.monotonic() - t0
         assert code == grpc.StatusCode.OK, f"check lookup {view} {keys}: {code} {answer}"
         out = {}
-        for k, result in zip(keys, answer.results, strict=True):
-            rows = ref_rows(result.rows) + ref_batch(result.batch)
+        for k, (rows, _) in zip(keys, ref_answer(answer, len(keys)), strict=True):
             out[k] = Counter(canon_row(r) for r in rows)
             self.filled.add((view, canon(k)))
         assert len(out) == len(keys)
@@ -925,18 +973,17 @@ class Driver:
         self.unchecked_writes.clear()
 
     def check_lookup(self, msg: pb.LookupRequest, answer: pb.LookupResponse, shown: str) -> None:
-        assert len(answer.results) == len(msg.keys), f"one result per key: {shown}"
+        keys = ref_keys(msg)
         view = msg.view.lower()
         table = next((t for t, v in CHECK_VIEWS.items() if v == view), None)
-        for key, result in zip(msg.keys, answer.results, strict=True):
-            values = tuple(ref_value(v) for v in key.values)
+        for values, (got, lsn) in zip(keys, ref_answer(answer, len(keys)), strict=True):
             if len(values) == 1 and values[0] is not None:
                 self.filled.add((view, canon(values[0])))
-            if table is None or result.lsn != MODEL.last_lsn or len(values) != 1:
+            if table is None or lsn != MODEL.last_lsn or len(values) != 1:
                 continue
             if type(values[0]) is not int:
                 continue
-            rows = Counter(canon_row(r) for r in ref_rows(result.rows) + ref_batch(result.batch))
+            rows = Counter(canon_row(r) for r in got)
             want = MODEL.with_key(table, values[0])
             assert rows == want, (
                 f"lookup answer differs: {short(rows.elements())} vs {short(want.elements())}: "

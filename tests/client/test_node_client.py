@@ -1,10 +1,11 @@
 """The Node.js example client (examples/node/client.js) against a real server.
 
 The client creates a table, writes a RowBatch and repeated Rows, creates two views keyed
-by a `?` parameter, looks keys up (rows and batch answers), reads the typed Stats and
-triggers each error status. This test runs it with `node`, then checks from Python,
-independently, that the table holds exactly the rows the client meant to write and that
-the view answers it saw equal Spark SQL (Client.query) at the same LSN.
+by a `?` parameter, looks keys up (sent as Key messages and as a key batch, each answered
+as one columnar block), reads the typed Stats and triggers each error status. This test
+runs it with `node`, then checks from Python, independently, that the table holds exactly
+the rows the client meant to write and that the view answers it saw equal Spark SQL
+(Client.query) at the same LSN.
 
 Skipped only when `node` is not on PATH. When examples/node/node_modules is missing the
 test runs `npm ci` there first (the npm registry is reachable on CI).
