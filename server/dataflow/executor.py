@@ -53,7 +53,6 @@ from partialflow.server.dataflow.fill import (
 from partialflow.server.dataflow.fills import FillCoordinator
 from partialflow.server.dataflow.graph import Graph, Node
 from partialflow.server.dataflow.packets import Call, FillDone, Miss, Packet, Stop, Tick, Write
-from partialflow.server.dataflow.prefetch import Prefetcher
 from partialflow.server.dataflow.publish import Publisher
 from partialflow.server.dataflow.runner import UpqueryRunner
 from partialflow.server.dataflow.state import State, StateAccess
@@ -85,8 +84,6 @@ class Executor:
             self, runner, self.stats, upquery_timeout=upquery_timeout, clock=clock
         )
         self.evictor.fills = self.fills
-        self.prefetcher = Prefetcher(self.stats)
-        self._inputs: set[int] = set()  # parents of the node being processed with deltas
         # Ranges that prove holes of evict-on-miss indexes empty (bounds.py).
         self.bounds = KeyBounds(runner, self.submit, self.stats, lambda: self.applied_lsn)
         # Keys filled or changed by the current packet: accounted (LRU, bytes) and
@@ -377,7 +374,6 @@ class Executor:
                 # join miss here would evict only holes. Skip the work.
                 self.stats.count("deltas_skipped_idle", sum(len(d) for _, d in batches))
                 continue
-            self._inputs = {pidx for pidx, _ in batches}
             for pidx, deltas in sorted(batches, key=lambda b: b[0]):
                 if nid in replayed:
                     out = self._replay_join(node, pidx, deltas, captured or {})
@@ -466,12 +462,6 @@ class Executor:
                     keys = targets if targets is not None else downstream_keys(
                         node, pidx, m.delta[0])
                     self.fills.index.gate(fill, keys, lsn)
-                    # The same fill fetches the index keys those gated keys depend on
-                    # (prefetch.py), so the next updates of them don't gate again. Not
-                    # when this packet already applied updates to that side here (its
-                    # snapshot would miss them).
-                    if m.side > pidx or m.side not in self._inputs:
-                        self.fills.prefetch(side, self.prefetcher.keys(side, keys))
                 continue
             self.stats.count("join_misses")
             # The update can't be computed (a replayed update, or index fills backing off
@@ -506,7 +496,6 @@ class Executor:
             self.checkpointer.registered(states)
 
     def forget_states(self, states: list[State]) -> None:
-        self.prefetcher.forget(states)
         for st in states:
             self.bounds.forget(st)
             self.evictor.forget(st)

@@ -118,13 +118,6 @@ class FillCoordinator:
         """The index fill for hole ``fk`` of evict-on-miss ``side`` (see gating.py)."""
         return self.index.fill_for(side, fk, self._closure)
 
-    def prefetch(self, side: State, keys: list[Row]) -> None:
-        """Add holes ``keys`` of evict-on-miss ``side`` to this packet's index fill of it
-        (prefetch.py): pending from its snapshot on, gating nothing."""
-        for fk in keys:
-            if side.lookup(fk) == "hole":
-                self.index.fill_for(side, fk, self._closure)
-
     def _closure(self, st: State, fk: Row) -> list[State] | None:
         """``st`` and every hole below it at ``fk``; None while one below is pending."""
         out = [st]

@@ -348,9 +348,7 @@ def test_a_key_gated_again_and_again_answers_its_reads_after_one_fill() -> None:
     _move(h, "p0", "c0", "c1")  # key c0 blocked on index fill 1
     read = h.begin("m", [("c0",)])
     h.run()
-    # And gated on index fill 2 (while fill 1 is in flight) by a product from the other
-    # category (fill 1 prefetched c0's own products: prefetch.py).
-    _move(h, "p3", "c1", "c0")
+    _move(h, "p2", "c0", "c1")  # and gated on index fill 2 (while fill 1 is in flight)
     gated_at = h.ex.applied_lsn - 1
     assert len(h.runner.pending) == 2
     h.runner.deliver(0)  # fill 1 lands: c0 is exact at fill 2's LSN, then blocked again
@@ -551,23 +549,4 @@ def test_a_view_nobody_reads_costs_no_work_and_wakes_exact_when_read() -> None:
     assert h.ex.stats.counters["deltas_skipped_idle"] > skipped
     _assert_exact(h, "v", [(1,), (2,)], h.lookup("v", [(1,), (2,)]))
     _assert_exact(h, "w", [(101,), (100,)], h.lookup("w", [(101,), (100,)]))
-    _finish_all(h)
-
-
-def test_a_gated_key_prefetches_the_index_keys_it_depends_on() -> None:
-    """A product moving out of a read category misses the visit index; the index fill also
-    fetches the category's other products (prefetch.py), so their moves later are hits:
-    no second index fill, no gating, and every answer exact."""
-    h = _visits()
-    _assert_exact(h, "m", [("c0",), ("c1",)], h.lookup("m", [("c0",), ("c1",)]))
-    _move(h, "p0", "c0", "c1")
-    assert h.ex.stats.counters["index_fills"] == 1
-    assert h.ex.stats.counters["index_keys_prefetched"] == 5  # p2, p4 (c0); p1, p3, p5 (c1)
-    h.runner.deliver_all()
-    h.run()
-    _move(h, "p2", "c0", "c1")
-    _move(h, "p5", "c1", "c0")
-    assert h.ex.stats.counters["index_fills"] == 1
-    assert not h.df._reader("m").state.is_blocked(("c0",))
-    _assert_exact(h, "m", [("c0",), ("c1",)], h.lookup("m", [("c0",), ("c1",)]))
     _finish_all(h)
