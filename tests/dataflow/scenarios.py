@@ -66,7 +66,15 @@ def _shape(sqls: dict[str, tuple[str, str | None]]) -> Scenario:
     )
 
 
-SCENARIOS: dict[str, Scenario] = {name: _shape({"v": SHAPES[name]}) for name in SHAPES}
+# Shapes whose answers follow Spark's semantics where SQLite's differ (CAST type names, a
+# BOOLEAN type, `/` dividing as doubles): the SQLite oracle here can't check them, so they
+# are left to test_random_shapes.py, which checks every shape against Spark SQL. The
+# ordering rules these machines test do not depend on what the expressions compute.
+SPARK_ONLY = {"expressions"}
+
+SCENARIOS: dict[str, Scenario] = {
+    name: _shape({"v": SHAPES[name]}) for name in SHAPES if name not in SPARK_ONLY
+}
 
 # Several views on shared nodes: one table, one join, several aggregates over them.
 SCENARIOS["shared"] = _shape(
