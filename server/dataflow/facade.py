@@ -423,6 +423,7 @@ class Dataflow:
                 "views": views,
                 "upquery_ms": ex.stats.upquery_percentiles(),
                 "spark_jobs": self.runner.jobs,
+                "fills_in_flight": len(ex.fills.active),
                 "state_anomalies": sum(st.anomalies for st in ev.states.values()),
                 **dict(ex.stats.counters),
                 **({"checkpoint": ex.checkpointer.stats()} if ex.checkpointer else {}),

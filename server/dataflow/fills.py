@@ -23,6 +23,7 @@ from partialflow.operators.base import Row
 from partialflow.server.dataflow.fill import Fill, Held, Waiter
 from partialflow.server.dataflow.gating import Gates, IndexFills
 from partialflow.server.dataflow.packets import FillDone, Packet
+from partialflow.server.dataflow.prefetch import Prefetcher
 from partialflow.server.dataflow.runner import FillResults, UpqueryRunner
 from partialflow.server.dataflow.state import State, StateAccess
 from partialflow.server.dataflow.stats import Stats
@@ -67,6 +68,7 @@ class FillCoordinator:
         # Every fill in flight, for deadlines (a dict: ordered by issue, not by address).
         self.active: dict[Fill, None] = {}
         self.index = IndexFills(host, stats, clock)
+        self.prefetcher = Prefetcher(stats)
 
     # -- misses ------------------------------------------------------------------------
     def want(self, st: State, fk: Row, waiter: Waiter | None) -> None:
@@ -253,6 +255,17 @@ class FillCoordinator:
             else:
                 for w in ws:
                     self.want(st, fk, w)
+        if not fill.index and self.prefetcher.enabled:
+            self._prefetch([key for key in ready if key[0].is_filled(key[1])])
+
+    def _prefetch(self, filled: list[tuple[State, Row]]) -> None:
+        """Fetch the index keys that keys a read's fill just filled depend on, in this
+        packet's index fills (prefetch.py): pending from the current position on, gating
+        nothing."""
+        for side, keys in self.prefetcher.keys(filled).items():
+            for fk in keys:
+                if side.lookup(fk) == "hole":
+                    self.index.fill_for(side, fk, self._closure)
 
     def answer(self, st: State, fk: Row, waiters: list[Waiter]) -> None:
         """Deliver a filled key's rows to the reads waiting for it, at the applied LSN."""
@@ -372,6 +385,7 @@ class FillCoordinator:
                 self.abort(fill, gone)
         st.forget_pending()
         self.wanted.pop(st, None)
+        self.prefetcher.forget([st])
 
     # -- filling states ----------------------------------------------------------------
     def _load(self, st: State, keys: list[Row], rows: list[Row]) -> None:

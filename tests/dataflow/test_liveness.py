@@ -88,7 +88,8 @@ def _sample(reads: list, n: int = 40) -> list:
     return distinct[::step][:n]
 
 
-def test_reads_of_max_per_category_complete_while_products_change_category(server, uniq):
+def _visits_setup(server, uniq: str) -> tuple[str, str, str, list, dict, str]:
+    """The visits view over 400 products in 3 categories, every category read once."""
     info, visit, view = f"{uniq}info", f"{uniq}visit", f"{uniq}maxlen"
     sql = (f"SELECT category, MAX(length) AS m FROM {info} JOIN {visit} ON "
            f"{info}.product = {visit}.product WHERE category = ? GROUP BY category")
@@ -101,14 +102,18 @@ def test_reads_of_max_per_category_complete_while_products_change_category(serve
         c.insert(visit, [(p, f"u{j}", (i * 7 + j) % 97) for i, p in enumerate(products)
                          for j in range(2)])
         c.execute(f"CREATE VIEW {view} AS {sql}")
-        for cat in cats:  # warm: the view's keys are filled, the visit index is cold
+        for cat in cats:  # warm: the view's keys are filled
             c.lookup(view, cat)
-        before = c.stats().get("index_fills", 0)
-    where = {p: cats[i % 3] for i, p in enumerate(products)}
+    return info, visit, view, cats, {p: cats[i % 3] for i, p in enumerate(products)}, sql
+
+
+def _visits_writer(info: str, visit: str, where: dict) -> Callable[[object, int], None]:
+    products = list(where)
+    cats = sorted(set(where.values()))
 
     def write(c, i: int) -> None:
-        # A product never moved before: its visit index key is a hole, so the join delta
-        # misses it; both its old and its new category are affected.
+        # A product never moved before: unless prefetched, its visit index key is a hole,
+        # so the join delta misses it; both its old and its new category are affected.
         p = products[i % len(products)]
         new = cats[(cats.index(where[p]) + 1) % 3]
         c.update(info, [(p, where[p])], [(p, new)])
@@ -116,9 +121,44 @@ def test_reads_of_max_per_category_complete_while_products_change_category(serve
         if i % 3 == 0:
             c.insert(visit, [(products[(i * 13) % len(products)], "w", 100 + i)])
 
-    reads = _stream(server, write, cats, view)
+    return write
+
+
+def test_reads_of_max_per_category_complete_while_products_change_category(server, uniq):
+    """Index fills and gates: with the prefetch off, the visit index stays cold after the
+    reads, and every move misses it."""
+    prefetcher = server.engine.dataflow.executor.fills.prefetcher
+    prefetcher.enabled = False
+    try:
+        info, visit, view, cats, where, sql = _visits_setup(server, uniq)
+        with server.client() as c:
+            before = c.stats().get("index_fills", 0)
+        reads = _stream(server, _visits_writer(info, visit, where), cats, view)
+    finally:
+        prefetcher.enabled = True
     with server.client() as c:
         assert c.stats().get("index_fills", 0) > before, "the stream should miss the index"
+        for key, res, _ in _sample(reads):
+            assert_matches(c, sql, (key,), res)
+
+
+def test_read_fills_prefetch_the_visit_index_so_moves_gate_nothing(server, uniq):
+    """With the prefetch (the default), the reads' fills leave the visit index filled at
+    their categories' products (prefetch.py): once it has landed, a stream of moves and
+    visits costs no index fill and blocks no category, and every read is exact."""
+    info, visit, view, cats, where, sql = _visits_setup(server, uniq)
+    with server.client() as c:
+        deadline = time.monotonic() + READ_BOUND
+        while c.stats().get("fills_in_flight", 0):  # the prefetch: one Spark job
+            assert time.monotonic() < deadline, "the prefetch never landed"
+            time.sleep(0.05)
+        before = c.stats()
+    assert before.get("index_keys_prefetched", 0) >= len(where)
+    reads = _stream(server, _visits_writer(info, visit, where), cats, view)
+    with server.client() as c:
+        after = c.stats()
+        assert after.get("index_fills", 0) == before.get("index_fills", 0)
+        assert after.get("keys_gated", 0) == before.get("keys_gated", 0)
         for key, res, _ in _sample(reads):
             assert_matches(c, sql, (key,), res)
 

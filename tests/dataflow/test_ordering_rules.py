@@ -288,8 +288,12 @@ MAXLEN = ("SELECT category, MAX(length) AS m FROM info JOIN visit ON info.produc
           "visit.product WHERE category = ? GROUP BY category")
 
 
-def _visits() -> Harness:
+def _visits(prefetch: bool = False) -> Harness:
+    """The visits view over 6 products in 2 categories. Without ``prefetch`` a read's
+    fill leaves the visit index cold (prefetch.py off), so moves miss it: the index-fill
+    mechanics these tests are about."""
     h = Harness(upquery_timeout=TIMEOUT)
+    h.ex.fills.prefetcher.enabled = prefetch
     h.table("info", [("product", "TEXT"), ("category", "TEXT")],
             [(f"p{i}", f"c{i % 2}") for i in range(6)])
     h.table("visit", [("product", "TEXT"), ("user", "TEXT"), ("length", "BIGINT")],
@@ -400,6 +404,7 @@ CATS = [(c,) for c in range(3)]
 
 def _nexmark(hold_bounds: bool = False) -> Harness:
     h = Harness(upquery_timeout=TIMEOUT)
+    h.ex.fills.prefetcher.enabled = False  # the bid index stays cold: misses are the subject
     h.runner.hold_bounds = hold_bounds
     h.table("auction", AUCTION, [(a, a % 3) for a in range(10)])
     h.table("bid", BID, [(a, b, float(a * 7 + b)) for a in range(10) for b in range(2)])
@@ -549,4 +554,72 @@ def test_a_view_nobody_reads_costs_no_work_and_wakes_exact_when_read() -> None:
     assert h.ex.stats.counters["deltas_skipped_idle"] > skipped
     _assert_exact(h, "v", [(1,), (2,)], h.lookup("v", [(1,), (2,)]))
     _assert_exact(h, "w", [(101,), (100,)], h.lookup("w", [(101,), (100,)]))
+    _finish_all(h)
+
+
+# -- index prefetch in a read's fill (prefetch.py) -----------------------------------------
+def test_a_read_fill_prefetches_the_index_keys_its_keys_depend_on() -> None:
+    """When a read's fill of a category lands, the visit index keys of the category's
+    products are fetched by one index fill that gates nothing; a product moving category
+    afterwards finds its visits there: no further index fill, no key blocked, and every
+    answer exact."""
+    h = _visits(prefetch=True)
+    _assert_exact(h, "m", [("c0",), ("c1",)], h.lookup("m", [("c0",), ("c1",)]))
+    assert h.ex.stats.counters["index_keys_prefetched"] == 6  # p0..p5
+    fills = h.ex.stats.counters["index_fills"]
+    assert fills == 1
+    assert h.ex.stats.counters.get("keys_gated", 0) == 0
+    h.runner.deliver_all()
+    h.run()
+    _move(h, "p0", "c0", "c1")
+    _move(h, "p5", "c1", "c0")
+    h.model.write("visit", inserts=[("p2", "v", 99)])
+    h.run()
+    assert h.ex.stats.counters["index_fills"] == fills
+    assert h.ex.stats.counters.get("keys_gated", 0) == 0
+    reader = h.df._reader("m").state
+    assert not reader.is_blocked(("c0",)) and not reader.is_blocked(("c1",))
+    _assert_exact(h, "m", [("c0",), ("c1",)], h.lookup("m", [("c0",), ("c1",)]))
+    _finish_all(h)
+
+
+def test_writes_while_a_prefetch_is_in_flight_are_held_and_gate_once() -> None:
+    """Before the prefetch lands its keys are pending: a visit for one of them is held
+    and replayed once, and a move of one of them gates its categories on the prefetch
+    (no second fill); a read waiting on a gated category is answered exactly after it."""
+    h = _visits(prefetch=True)
+    first = h.begin("m", [("c0",)])
+    _issue(h)
+    h.runner.deliver(0)  # the read's fill lands; the prefetch goes out with the packet
+    h.run()
+    assert first.waiter.event.is_set()  # type: ignore[union-attr]
+    first.resume()
+    _assert_exact(h, "m", [("c0",)], first.answer())
+    assert len(h.runner.pending) == 1  # the prefetch of p0, p2, p4
+    h.model.write("visit", inserts=[("p2", "late", 500)])
+    h.run()
+    _move(h, "p4", "c0", "c1")
+    assert h.ex.stats.counters["index_fills"] == 1
+    read = h.begin("m", [("c0",)])
+    h.run()
+    assert not read.done  # c0 is gated on the prefetch by the move
+    h.runner.deliver_all()
+    h.run()
+    assert read.waiter.event.is_set()  # type: ignore[union-attr]
+    read.resume()
+    _assert_exact(h, "m", [("c0",)], read.answer())
+    _assert_exact(h, "m", [("c0",), ("c1",)], h.lookup("m", [("c0",), ("c1",)]))
+    _finish_all(h)
+
+
+def test_a_key_depending_on_too_many_index_keys_is_not_prefetched(monkeypatch) -> None:
+    from partialflow.server.dataflow import prefetch
+    monkeypatch.setattr(prefetch, "MAX_KEYS_PER_KEY", 2)
+    h = _visits(prefetch=True)
+    _assert_exact(h, "m", [("c0",)], h.lookup("m", [("c0",)]))  # c0 has 3 products
+    assert h.ex.stats.counters.get("index_keys_prefetched", 0) == 0
+    assert not h.runner.pending
+    _move(h, "p0", "c0", "c1")  # so the move misses, as without prefetch
+    assert h.ex.stats.counters["index_fills"] == 1
+    _assert_exact(h, "m", [("c0",)], h.lookup("m", [("c0",)]))
     _finish_all(h)
