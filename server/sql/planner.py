@@ -48,7 +48,7 @@ from partialflow.server.sql.from_clause import conjunction, plan_from
 from partialflow.server.sql.parse import parse_query
 from partialflow.server.sql.plan import PlanNode, ViewPlan, op_node, visible_only
 from partialflow.server.sql.refusals import refuse_constructs
-from partialflow.server.sql.subqueries import is_semi_join, semi_join
+from partialflow.server.sql.subqueries import exists_join, is_exists_join, is_semi_join, semi_join
 
 __all__ = ["PlanNode", "Planner", "ViewPlan"]
 
@@ -107,7 +107,7 @@ class Planner:
                             "not in a subquery or UNION branch; define a view over this one instead"
                         )
                     params.append(scope.find(p))
-                elif is_semi_join(conj):
+                elif is_semi_join(conj) or is_exists_join(conj):
                     semis.append(conj)
                 elif any(isinstance(n, exp.Placeholder) for n in conj.walk()):
                     raise InvalidArgument(
@@ -120,7 +120,10 @@ class Planner:
                 pred = conjunction(residual)
                 node = op_node(Filter(node.columns, compile_expr(_bind(pred, scope))), node)
         for conj in semis:
-            node = semi_join(node, scope, conj, self._plan_query)
+            if is_semi_join(conj):
+                node = semi_join(node, scope, conj, self._plan_query)
+            else:
+                node = exists_join(node, scope, conj, self._relation, self._plan_query)
         if len(set(params)) != len(params):
             raise InvalidArgument("the same column is compared with ? twice")
         has_aggs = any(isinstance(n, tuple(_AGG_FUNCS)) for e in sel.expressions for n in e.walk())

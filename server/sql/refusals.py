@@ -19,7 +19,7 @@ from sqlglot import exp
 from sqlglot.tokens import Token, TokenType
 
 from partialflow.server.errors import InvalidArgument
-from partialflow.server.sql.subqueries import is_semi_join
+from partialflow.server.sql.subqueries import is_exists_join, is_semi_join
 
 _SHOWN = 60  # characters of a construct quoted in a message
 
@@ -50,13 +50,17 @@ def _unsupported(node: exp.Expression) -> str | None:
         word = "EXCEPT" if isinstance(node, exp.Except) else "INTERSECT"
         all_ = "" if node.args.get("distinct") else " ALL"
         return f"{word}{all_} is not supported in views (set operations: UNION [ALL])"
-    if isinstance(node, exp.Exists):
-        return f"subqueries in expressions are not supported: EXISTS {_shown(node.this)}"
+    if isinstance(node, exp.Exists) and not is_exists_join(node):
+        return (
+            f"subqueries in expressions are not supported: EXISTS {_shown(node.this)} here "
+            "(only [NOT] EXISTS ANDed into WHERE is, as a semi- or anti-join)"
+        )
     if isinstance(node, exp.In) and node.args.get("query") is not None and not is_semi_join(node):
         shown = _shown(node.args["query"])
         if isinstance(node.parent, exp.Not):
             return (
-                f"subqueries in expressions are not supported: NOT IN {shown} (only "
+                f"NOT IN {shown} is not supported: one NULL among the subquery's values makes "
+                "it NULL for every row; write NOT EXISTS (SELECT ... WHERE y = x) (only "
                 "`column IN (SELECT ...)` ANDed into WHERE is, as a semi-join)"
             )
         return (

@@ -1,11 +1,21 @@
-"""``col IN (SELECT ...)`` as a semi-join.
+"""``col IN (SELECT ...)`` and ``[NOT] EXISTS (SELECT ...)`` as semi- and anti-joins.
 
 In a top-level AND of WHERE, ``x IN (SELECT y ...)`` keeps a row exactly when some y equals
 x: an inner join of the row with the *distinct* values of y on x = y (δ makes each row
 match at most once; a NULL x or y matches nothing, and a row for which IN is NULL is
 dropped by WHERE like one for which it is false). The subquery is planned on its own, so a
-correlated one (naming the outer query's columns) is refused. NOT IN, EXISTS and scalar
-subqueries are refused before planning (``refusals.py``).
+correlated one (naming the outer query's columns) is refused.
+
+``EXISTS (SELECT ... FROM r WHERE r.y = outer.x AND p)``, correlated by equalities
+between inner and outer columns (``p`` naming inner columns only), is decorrelated into a
+semi-join of the outer rows with the distinct ``(r.y, ...)`` of ``SELECT r.y, ... FROM r
+WHERE p``: the same rows, since a row has a match exactly when its ``(x, ...)`` is among
+them (NULLs match nothing either way). ``NOT EXISTS`` is the anti-join: a left join with
+the same distinct values, keeping the rows that found no match (the joined values are
+NULL; a row with a NULL x finds none, and NOT EXISTS is then true, as in SQL).
+
+NOT IN is refused (``refusals.py``): one NULL among the subquery's values makes it NULL
+for every row, which a join cannot express. Scalar subqueries are refused too.
 """
 
 from __future__ import annotations
@@ -15,10 +25,14 @@ from collections.abc import Callable
 from sqlglot import exp
 
 from partialflow.operators.distinct import Distinct
+from partialflow.operators.filter import Filter
 from partialflow.operators.join import Join
 from partialflow.server.errors import InvalidArgument, NotFound
-from partialflow.server.sql.binding import Scope
+from partialflow.server.sql.binding import _AGG_FUNCS, Scope, col, compile_expr
 from partialflow.server.sql.plan import PlanNode, ViewPlan, op_node, select_columns, visible_only
+
+Relation = Callable[[exp.Expression], tuple[PlanNode, Scope]]
+_SHOWN = 60
 
 
 def is_semi_join(node: exp.Expression) -> bool:
@@ -60,3 +74,148 @@ def semi_join(
     join = Join(cols, (x,), (0,), "inner", left_width=len(node.columns))
     joined = PlanNode(cols, join, [node, right])
     return select_columns(joined, list(range(len(node.columns))), node.columns)
+
+
+# -- EXISTS / NOT EXISTS -------------------------------------------------------------------
+def _exists_of(node: exp.Expression) -> tuple[exp.Exists, bool] | None:
+    """``node`` as (EXISTS, negated) when it is [NOT] EXISTS (parentheses allowed)."""
+    negated = False
+    while True:
+        if isinstance(node, exp.Paren):
+            node = node.this
+        elif isinstance(node, exp.Not):
+            negated, node = not negated, node.this
+        else:
+            break
+    return (node, negated) if isinstance(node, exp.Exists) else None
+
+
+def is_exists_join(node: exp.Expression) -> bool:
+    """Whether ``node`` (an EXISTS, or a NOT/parentheses around one) is a conjunct of a
+    top-level AND of a WHERE."""
+    if isinstance(node, exp.Exists):
+        while isinstance(node.parent, (exp.Not, exp.Paren)):
+            node = node.parent
+    if _exists_of(node) is None:
+        return False
+    up = node.parent
+    while isinstance(up, (exp.And, exp.Paren)):
+        up = up.parent
+    return isinstance(up, exp.Where)
+
+
+def exists_join(
+    node: PlanNode,
+    scope: Scope,
+    conj: exp.Expression,
+    relation: Relation,
+    plan_query: Callable[[exp.Expression], ViewPlan],
+) -> PlanNode:
+    """``node`` restricted by ``conj``, a [NOT] EXISTS conjunct of its WHERE."""
+    found = _exists_of(conj)
+    assert found is not None
+    ex, negated = found
+    sub = ex.this.this if isinstance(ex.this, exp.Subquery) else ex.this
+    word = "NOT EXISTS" if negated else "EXISTS"
+    text = f"{word} ({sub.sql()})"
+    shown = text if len(text) <= _SHOWN else text[: _SHOWN - 5] + " ...)"
+    outer, inner_sql = _decorrelate(sub, scope, relation, shown)
+    try:
+        plan = plan_query(inner_sql)
+    except (InvalidArgument, NotFound) as err:
+        raise type(err)(f"{shown}: {err}") from None
+    values = visible_only(plan)
+    right = op_node(Distinct(values.columns), values)
+    xs = tuple(scope.find(c) for c in outer)
+    ys = tuple(range(len(xs)))
+    cols = node.columns + right.columns
+    width = len(node.columns)
+    if not negated:
+        joined = PlanNode(cols, Join(cols, xs, ys, "inner", left_width=width), [node, right])
+        return select_columns(joined, list(range(width)), node.columns)
+    joined = PlanNode(cols, Join(cols, xs, ys, "left", left_width=width), [node, right])
+    unmatched = exp.Is(this=col(width), expression=exp.Null())
+    kept = op_node(Filter(cols, compile_expr(unmatched)), joined)
+    return select_columns(kept, list(range(width)), node.columns)
+
+
+def _decorrelate(
+    sub: exp.Expression, outer: Scope, relation: Relation, shown: str
+) -> tuple[list[exp.Column], exp.Select]:
+    """The outer columns and the uncorrelated subquery of their inner partners, for an
+    EXISTS correlated by equalities (see the module docstring); anything else is refused
+    by name."""
+    if not isinstance(sub, exp.Select):
+        raise InvalidArgument(f"{shown}: the subquery must be a SELECT")
+    for arg, what in (("group", "GROUP BY"), ("having", "HAVING"), ("limit", "LIMIT"),
+                      ("offset", "OFFSET")):
+        if sub.args.get(arg) is not None:
+            raise InvalidArgument(f"{shown}: {what} in an EXISTS subquery is not supported")
+    if any(isinstance(n, tuple(_AGG_FUNCS)) for e in sub.expressions for n in e.walk()):
+        raise InvalidArgument(
+            f"{shown}: an aggregate in an EXISTS subquery is not supported (it makes one row "
+            "whatever the filter, so EXISTS would always be true)"
+        )
+    from_ = sub.args.get("from_") or sub.args.get("from")
+    if from_ is None:
+        raise InvalidArgument(f"{shown}: the subquery needs a FROM clause")
+    inner_cols: list[tuple[str | None, str]] = []
+    for rel in [from_.this] + [j.this for j in sub.args.get("joins") or []]:
+        inner_cols += relation(rel)[1].cols
+    inner = Scope(inner_cols)
+
+    def is_outer(c: exp.Column) -> bool:
+        name, qual = c.name.lower(), c.table.lower() if c.table else None
+        if any(n == name and (qual is None or q == qual) for q, n in inner.cols):
+            return False  # SQL scoping: the innermost relation that has the column
+        outer.find(c)  # raises naming the column when neither has it
+        return True
+
+    where = sub.args.get("where")
+    conjuncts = _and_terms(where.this) if where is not None else []
+    links: list[tuple[exp.Column, exp.Column]] = []
+    rest = []
+    for conj in conjuncts:
+        outs = [c for c in conj.find_all(exp.Column) if is_outer(c)]
+        if not outs:
+            rest.append(conj)
+            continue
+        pair = None
+        if isinstance(conj, exp.EQ) and all(
+            isinstance(s, exp.Column) for s in (conj.this, conj.expression)
+        ):
+            a, b = conj.this, conj.expression
+            if is_outer(a) != is_outer(b):
+                pair = (a, b) if is_outer(a) else (b, a)
+        if pair is None:
+            raise InvalidArgument(
+                f"{shown}: only a subquery correlated by equalities between an outer and an "
+                f"inner column (ANDed into its WHERE) is supported; {conj.sql()!r} names the "
+                "outer query"
+            )
+        links.append(pair)
+    if not links:
+        raise InvalidArgument(
+            f"{shown}: an uncorrelated EXISTS is not supported (it is true or false for every "
+            "row at once); correlate it by an equality with an outer column"
+        )
+    inner_sql = sub.copy()
+    inner_sql.set("expressions", [c.copy() for _, c in links])
+    inner_sql.set("distinct", None)
+    inner_sql.set("order", None)
+    if rest:
+        pred = rest[0].copy()
+        for r in rest[1:]:
+            pred = exp.And(this=pred, expression=r.copy())
+        inner_sql.set("where", exp.Where(this=pred))
+    else:
+        inner_sql.set("where", None)
+    return [c for c, _ in links], inner_sql
+
+
+def _and_terms(e: exp.Expression) -> list[exp.Expression]:
+    if isinstance(e, exp.And):
+        return _and_terms(e.this) + _and_terms(e.expression)
+    if isinstance(e, exp.Paren):
+        return _and_terms(e.this)
+    return [e]

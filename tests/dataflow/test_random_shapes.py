@@ -62,6 +62,22 @@ SHAPES = {
         "AND s = ? GROUP BY s",
         "s",
     ),
+    # Correlated [NOT] EXISTS as semi- and anti-joins (⋈ / ⟕ with δ of the correlated values).
+    "exists": (
+        "SELECT k, v, s FROM {a} WHERE EXISTS (SELECT 1 FROM {b} WHERE {b}.w = {a}.v "
+        "AND t = 'p') AND k = ?",
+        "k",
+    ),
+    "not_exists": (
+        "SELECT s, v, x FROM {a} WHERE NOT EXISTS (SELECT * FROM {b} WHERE {b}.k = {a}.k "
+        "AND {b}.w > 2) AND s = ?",
+        "s",
+    ),
+    "exists_two_columns_counted": (
+        "SELECT k, COUNT(*) AS n FROM {a} y WHERE EXISTS (SELECT 1 FROM {b} z WHERE "
+        "z.k = y.k AND z.w = y.v) AND k = ? GROUP BY k",
+        "k",
+    ),
     "count": ("SELECT k, COUNT(*) AS n FROM {a} WHERE k = ? GROUP BY k", "k"),
     "count_sum": ("SELECT s, COUNT(v) AS n, SUM(v) AS total FROM {a} WHERE s = ? GROUP BY s", "s"),
     "avg": ("SELECT k, AVG(x) AS mean FROM {a} WHERE k = ? GROUP BY k", "k"),

@@ -16,6 +16,13 @@ REFUSED = [
     ("SELECT k FROM {t} WHERE v = 1 OR v IN (SELECT v FROM {t})", "ANDed into WHERE"),
     ("SELECT k FROM {t} a WHERE v IN (SELECT k FROM {t} b WHERE b.v = a.k)", "correlated"),
     ("SELECT k FROM {t} WHERE v IN (SELECT k, v FROM {t})", "must select one column"),
+    ("SELECT k FROM {t} WHERE NOT EXISTS (SELECT v FROM {t})", "uncorrelated EXISTS"),
+    ("SELECT k FROM {t} y WHERE EXISTS (SELECT k FROM {t} x WHERE x.v > y.k)",
+     "correlated by equalities"),
+    ("SELECT k FROM {t} y WHERE EXISTS (SELECT COUNT(*) FROM {t} x WHERE x.v = y.k)",
+     "aggregate in an EXISTS"),
+    ("SELECT k FROM {t} y WHERE EXISTS (SELECT v FROM {t} x WHERE x.v = y.k GROUP BY v)",
+     "GROUP BY in an EXISTS"),
     ("SELECT k, COUNT(DISTINCT v), COUNT(*) FROM {t} GROUP BY k", "cannot be computed beside"),
     ("SELECT k, SUM(DISTINCT v), SUM(k) FROM {t} GROUP BY k", "over that one DISTINCT argument"),
     ("SELECT k, v FROM {t} LIMIT 3", "LIMIT needs an ORDER BY"),
@@ -61,7 +68,8 @@ REFUSED_AT = [
     ),
     ("SELECT k FROM {t} WHERE v > (SELECT MAX(v) FROM {t})", "scalar subquery", "SELECT MAX"),
     ("SELECT k FROM {t} WHERE k NOT IN (SELECT v FROM {t})", "NOT IN (SELECT", "IN ("),
-    ("SELECT k FROM {t}\n WHERE NOT EXISTS (SELECT v FROM {t})", "EXISTS (SELECT", "EXISTS"),
+    ("SELECT k FROM {t}\n WHERE k = 1 OR EXISTS (SELECT v FROM {t} x WHERE x.k = k)",
+     "EXISTS (SELECT", "EXISTS"),
     ("SELECT k FROM {t} INTERSECT ALL SELECT v FROM {t}", "INTERSECT ALL", "INTERSECT"),
     ("SELECT k, ROW_NUMBER() OVER (ORDER BY v) AS r FROM {t}", "window function", "ROW_NUMBER"),
 ]
@@ -130,11 +138,14 @@ def test_explain_shows_how_new_constructs_are_planned(server, uniq):
             "dagg": (f"SELECT k, COUNT(DISTINCT v) AS n FROM {t} WHERE k = ? GROUP BY k", "γ"),
             # IN (SELECT ...): a join with the distinct values of the subquery
             "semi": (f"SELECT k FROM {t} WHERE v IN (SELECT w FROM {u}) AND k = ?", "⋈"),
+            # NOT EXISTS: a left join with the distinct correlated values, unmatched rows kept
+            "anti": (f"SELECT k FROM {t} WHERE NOT EXISTS (SELECT 1 FROM {u} WHERE {u}.k = "
+                     f"{t}.v) AND k = ?", "⟕"),
         }
         for name, (sql, op) in views.items():
             c.execute(f"CREATE VIEW {uniq}{name} AS {sql}")
             text, _ = c.explain(f"{uniq}{name}")
             assert op in text, f"{name}: {op!r} missing from:\n{text}"
             assert "σ" not in text or name != "comma", text
-            if name in ("dagg", "semi"):
+            if name in ("dagg", "semi", "anti"):
                 assert text.index("δ") > text.index(op), f"δ not below {op}:\n{text}"
