@@ -48,6 +48,7 @@ from partialflow.server.sql.from_clause import conjunction, plan_from
 from partialflow.server.sql.parse import parse_query
 from partialflow.server.sql.plan import PlanNode, ViewPlan, op_node, visible_only
 from partialflow.server.sql.refusals import refuse_constructs
+from partialflow.server.sql.setops import plan_except_intersect
 from partialflow.server.sql.subqueries import exists_join, is_exists_join, is_semi_join, semi_join
 
 __all__ = ["PlanNode", "Planner", "ViewPlan"]
@@ -73,7 +74,7 @@ class Planner:
     def plan(self, sql: str) -> ViewPlan:
         tree = parse_query(sql)
         refuse_constructs(tree, sql)
-        if isinstance(tree, exp.Union):
+        if isinstance(tree, exp.SetOperation):
             return self._plan_union(tree)
         if not isinstance(tree, exp.Select):
             raise InvalidArgument(f"a view must be a SELECT, got {tree.key.upper()}")
@@ -81,7 +82,7 @@ class Planner:
 
     def _plan_query(self, q: exp.Expression) -> ViewPlan:
         """A subquery: a SELECT or UNION without parameters."""
-        if isinstance(q, exp.Union):
+        if isinstance(q, exp.SetOperation):
             return self._plan_union(q)
         return self._plan_select(q, allow_params=False)
 
@@ -289,7 +290,9 @@ class Planner:
         )
 
     # -- UNION -------------------------------------------------------------------------
-    def _plan_union(self, u: exp.Union) -> ViewPlan:
+    def _plan_union(self, u: exp.SetOperation) -> ViewPlan:
+        """A UNION [ALL], or an EXCEPT / INTERSECT [ALL] (setops.py), with its ORDER BY
+        and LIMIT."""
         branches: list[PlanNode] = []
         names: list[str] | None = None
 
@@ -308,7 +311,7 @@ class Planner:
                 e = e.this
             sub = (
                 self._plan_union(e)
-                if isinstance(e, exp.Union)
+                if isinstance(e, exp.SetOperation)
                 else self._plan_select(e, allow_params=False)
             )
             if sub.limit is not None or sub.key:
@@ -321,22 +324,25 @@ class Planner:
             names = names or sub.columns
             branches.append(visible_only(sub))
 
-        if type(u) is not exp.Union:
-            raise InvalidArgument(f"{u.key.upper()} is not supported; only UNION [ALL]")
-        distinct = bool(u.args.get("distinct"))
-        collect(u.this, distinct)
-        collect(u.expression, distinct)
-        assert names is not None
-        root = PlanNode(tuple(names), Union(tuple(names), len(branches)), branches)
-        if distinct:
-            root = op_node(Distinct(root.columns), root)
+        if isinstance(u, exp.Union):
+            distinct = bool(u.args.get("distinct"))
+            collect(u.this, distinct)
+            collect(u.expression, distinct)
+            assert names is not None
+            root = PlanNode(tuple(names), Union(tuple(names), len(branches)), branches)
+            if distinct:
+                root = op_node(Distinct(root.columns), root)
+        else:
+            root = plan_except_intersect(u, self._plan_query, MINMAX_CANDIDATES)
+            names = list(root.columns)
         order = []
         order_by = u.args.get("order")
         for o in order_by.expressions if order_by else []:
             pos = _output_position(o.this, [exp.column(n) for n in names], names)
             if pos is None:
                 raise InvalidArgument(
-                    f"ORDER BY of a UNION must name an output column, got {o.this.sql()!r}"
+                    f"ORDER BY of a {u.key.upper()} must name an output column, got "
+                    f"{o.this.sql()!r}"
                 )
             order.append((pos, bool(o.args.get("desc"))))
         limit = _limit(u)
@@ -374,7 +380,7 @@ class Planner:
             inner = rel.this
             sub = (
                 self._plan_union(inner)
-                if isinstance(inner, exp.Union)
+                if isinstance(inner, exp.SetOperation)
                 else self._plan_select(inner, allow_params=False)
             )
             sub_alias = rel.alias.lower() if rel.alias else None

@@ -1,10 +1,9 @@
 """Constructs no view can have, refused before planning, by name and position.
 
 Planning a statement that holds such a construct would fail later on a symptom instead
-(an EXCEPT inside a UNION branch reads as "a view needs a FROM clause"; an aggregate in a
-scalar subquery as "column X must appear in GROUP BY"). So the whole tree is searched
-first and the construct that comes first in the text is named, with its line and column in
-``sql``, the text the tree was parsed from.
+(an aggregate in a scalar subquery reads as "column X must appear in GROUP BY"). So the
+whole tree is searched first and the construct that comes first in the text is named,
+with its line and column in ``sql``, the text the tree was parsed from.
 
 sqlglot records positions only on leaves (identifiers, literals, function names); a
 construct is located by its keyword token next to the leaves it contains.
@@ -46,10 +45,6 @@ def refuse_constructs(tree: exp.Expr, sql: str) -> None:
 
 
 def _unsupported(node: exp.Expression) -> str | None:
-    if isinstance(node, (exp.Except, exp.Intersect)):
-        word = "EXCEPT" if isinstance(node, exp.Except) else "INTERSECT"
-        all_ = "" if node.args.get("distinct") else " ALL"
-        return f"{word}{all_} is not supported in views (set operations: UNION [ALL])"
     if isinstance(node, exp.Exists) and not is_exists_join(node):
         return (
             f"subqueries in expressions are not supported: EXISTS {_shown(node.this)} here "
@@ -91,11 +86,6 @@ def _leaf_offsets(node: exp.Expression) -> list[tuple[int, int]]:
 
 def _offset(node: exp.Expression, tokens: list[Token]) -> int:
     """Where ``node``'s keyword starts in the text (-1 if unknown)."""
-    if isinstance(node, exp.SetOperation):
-        before = _leaf_offsets(node.this)
-        after = max((e for _, e in before), default=-1)
-        kind = TokenType.EXCEPT if isinstance(node, exp.Except) else TokenType.INTERSECT
-        return next((t.start for t in tokens if t.start > after and t.token_type == kind), -1)
     leaves = _leaf_offsets(node)
     if not leaves:
         return -1

@@ -36,6 +36,7 @@ from partialflow.operators.distinct import Distinct
 from partialflow.operators.filter import Filter
 from partialflow.operators.join import Join
 from partialflow.operators.project import Project
+from partialflow.operators.replicate import Replicate
 from partialflow.operators.topk import TopK
 from partialflow.operators.union import Union
 from partialflow.server.errors import InvalidArgument
@@ -93,6 +94,15 @@ def _filter(op: Filter, parents: list[DataFrame]) -> DataFrame:
 @_registers(_OUTPUT, Project)
 def _project(op: Project, parents: list[DataFrame]) -> DataFrame:
     return parents[0].select(*[F.expr(e.sql).alias(f"_c{i}") for i, e in enumerate(op.exprs)])
+
+
+@_registers(_OUTPUT, Replicate)
+def _replicate(op: Replicate, parents: list[DataFrame]) -> DataFrame:
+    # m copies of each row: explode a sequence 1..m (rows with m < 1 or NULL make none).
+    n = len(op.columns)
+    df = parents[0].filter(_c(n) >= 1)
+    copies = df.withColumn("_copy", F.explode(F.sequence(F.lit(1), _c(n).cast("int"))))
+    return copies.select(*[_c(i) for i in range(n)])
 
 
 @_registers(_OUTPUT, Union)

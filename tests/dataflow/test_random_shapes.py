@@ -98,6 +98,27 @@ SHAPES = {
     "distinct": ("SELECT DISTINCT s, v FROM {a} WHERE s = ?", "s"),
     "union": ("SELECT k, v FROM {a} WHERE v > 5 UNION SELECT k, w FROM {b}", None),
     "union_all": ("SELECT k, v FROM {a} UNION ALL SELECT k, w FROM {b} WHERE w < 3", None),
+    # EXCEPT / INTERSECT [ALL]: counts per row of each side (γ over tagged ⋃), then σ, or
+    # π and ρ for the multiset forms; NULLs are equal, as in SQL's set operations.
+    "except": ("SELECT k, s FROM {a} EXCEPT SELECT k, t FROM {b} WHERE w > 1", None),
+    "except_all": ("SELECT k, v FROM {a} EXCEPT ALL SELECT k, w FROM {b}", None),
+    "intersect": ("SELECT v FROM {a} WHERE s IS NOT NULL INTERSECT SELECT w FROM {b}", None),
+    "intersect_all": ("SELECT k, v FROM {a} INTERSECT ALL SELECT k, w FROM {b}", None),
+    # Keyed through the set operation: partial state of γ and both branches by k.
+    "except_all_keyed": (
+        "SELECT k, v FROM (SELECT k, v FROM {a} EXCEPT ALL SELECT k, w FROM {b}) e WHERE k = ?",
+        "k",
+    ),
+    "intersect_keyed_counted": (
+        "SELECT k, COUNT(*) AS n FROM (SELECT k, v FROM {a} INTERSECT SELECT k, w FROM {b}) i "
+        "WHERE k = ? GROUP BY k",
+        "k",
+    ),
+    "union_except_ordered": (
+        "SELECT k FROM {a} UNION SELECT w FROM {b} EXCEPT SELECT k FROM {b} WHERE t = 'p' "
+        "ORDER BY k DESC LIMIT 3",
+        None,
+    ),
 }
 KEYS = {"k": [(k,) for k in range(6)], "s": [("x",), ("y",), ("z",)]}
 
