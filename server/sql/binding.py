@@ -33,6 +33,11 @@ def compile_expr(e: exp.Expression) -> CompiledExpr:
         raise InvalidArgument(str(err)) from None
 
 
+# The qualifier of hidden columns the planner adds to a relation (a scalar subquery's
+# value, scalars.py): resolvable by name, never expanded by ``*``.
+SYNTHETIC = "_pf_sq"
+
+
 def col(i: int) -> exp.Column:
     return exp.Column(this=exp.to_identifier(f"_c{i}"))
 
@@ -150,7 +155,7 @@ def _expand_star(items: list[exp.Expression], scope: Scope) -> list[exp.Expressi
         if isinstance(e, exp.Star) or (isinstance(e, exp.Column) and isinstance(e.this, exp.Star)):
             qual = e.table.lower() if isinstance(e, exp.Column) and e.table else None
             for q, n in scope.cols:
-                if qual is None or q == qual:
+                if (qual is None and q != SYNTHETIC) or (qual is not None and q == qual):
                     out.append(exp.column(n, table=q) if q else exp.column(n))
         else:
             out.append(e)

@@ -48,6 +48,7 @@ from partialflow.server.sql.from_clause import conjunction, plan_from
 from partialflow.server.sql.parse import parse_query
 from partialflow.server.sql.plan import PlanNode, ViewPlan, op_node, visible_only
 from partialflow.server.sql.refusals import refuse_constructs
+from partialflow.server.sql.scalars import is_scalar, join_scalars
 from partialflow.server.sql.setops import plan_except_intersect
 from partialflow.server.sql.subqueries import exists_join, is_exists_join, is_semi_join, semi_join
 
@@ -95,6 +96,11 @@ class Planner:
         node, scope, conjuncts = plan_from(
             sel, _conjuncts(where.this) if where is not None else [], self._relation
         )
+        # Scalar subqueries become columns joined in (scalars.py), in WHERE here and in the
+        # SELECT list below.
+        conjuncts, node, scope = join_scalars(
+            conjuncts, node, scope, self._relation, self._plan_query
+        )
         params: list[int] = []
         semis: list[exp.Expression] = []
         if conjuncts:
@@ -127,10 +133,25 @@ class Planner:
                 node = exists_join(node, scope, conj, self._relation, self._plan_query)
         if len(set(params)) != len(params):
             raise InvalidArgument("the same column is compared with ? twice")
-        has_aggs = any(isinstance(n, tuple(_AGG_FUNCS)) for e in sel.expressions for n in e.walk())
+        has_aggs = any(  # a scalar subquery's own aggregate does not make this one grouped
+            isinstance(n, tuple(_AGG_FUNCS))
+            for e in sel.expressions
+            for n in e.walk(prune=lambda x: isinstance(x, exp.Subquery))
+        )
         having = sel.args.get("having")
         if sel.args.get("group") or has_aggs or having is not None:
+            if any(is_scalar(n) for e in sel.expressions for n in e.find_all(exp.Subquery)):
+                raise InvalidArgument(
+                    "a scalar subquery in the SELECT list of an aggregate query is not "
+                    "supported; compute it in a view over this one"
+                )
             return self._plan_aggregate(sel, node, scope, params)
+        items, node, scope = join_scalars(
+            list(sel.expressions), node, scope, self._relation, self._plan_query
+        )
+        if items != list(sel.expressions):
+            sel = sel.copy()
+            sel.set("expressions", items)
         return self._plan_projection(sel, node, scope, params)
 
     def _plan_projection(

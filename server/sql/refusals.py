@@ -18,6 +18,7 @@ from sqlglot import exp
 from sqlglot.tokens import Token, TokenType
 
 from partialflow.server.errors import InvalidArgument
+from partialflow.server.sql.scalars import allowed_place, is_scalar
 from partialflow.server.sql.subqueries import is_exists_join, is_semi_join
 
 _SHOWN = 60  # characters of a construct quoted in a message
@@ -62,12 +63,11 @@ def _unsupported(node: exp.Expression) -> str | None:
             f"subqueries in expressions are not supported: IN {shown} here (only "
             "`column IN (SELECT ...)` ANDed into WHERE is, as a semi-join)"
         )
-    if (
-        isinstance(node, exp.Subquery)
-        and node.parent is not None
-        and not isinstance(node.parent, (exp.From, exp.Join, exp.SetOperation, exp.In))
-    ):
-        return f"subqueries in expressions are not supported: scalar subquery {_shown(node)}"
+    if is_scalar(node) and not allowed_place(node):
+        return (
+            f"subqueries in expressions are not supported: scalar subquery {_shown(node)} here "
+            "(only in WHERE or the SELECT list)"
+        )
     if isinstance(node, exp.Window):
         return f"window functions are not supported: {_shown(node)}"
     return None

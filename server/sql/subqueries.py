@@ -156,6 +156,27 @@ def _decorrelate(
             f"{shown}: an aggregate in an EXISTS subquery is not supported (it makes one row "
             "whatever the filter, so EXISTS would always be true)"
         )
+    links, rest = split_correlation(sub, outer, relation, shown)
+    if not links:
+        raise InvalidArgument(
+            f"{shown}: an uncorrelated EXISTS is not supported (it is true or false for every "
+            "row at once); correlate it by an equality with an outer column"
+        )
+    inner_sql = sub.copy()
+    inner_sql.set("expressions", [c.copy() for _, c in links])
+    inner_sql.set("distinct", None)
+    inner_sql.set("order", None)
+    inner_sql.set("where", where_of(rest))
+    return [c for c, _ in links], inner_sql
+
+
+def split_correlation(
+    sub: exp.Select, outer: Scope, relation: Relation, shown: str
+) -> tuple[list[tuple[exp.Column, exp.Column]], list[exp.Expression]]:
+    """The (outer column, inner column) equalities of ``sub``'s WHERE that correlate it
+    with ``outer``, and its other conditions (naming inner columns only). Columns are
+    resolved as SQL scopes them: the subquery's own relations first. A condition naming
+    the outer query in any other way is refused."""
     from_ = sub.args.get("from_") or sub.args.get("from")
     if from_ is None:
         raise InvalidArgument(f"{shown}: the subquery needs a FROM clause")
@@ -194,23 +215,17 @@ def _decorrelate(
                 "outer query"
             )
         links.append(pair)
-    if not links:
-        raise InvalidArgument(
-            f"{shown}: an uncorrelated EXISTS is not supported (it is true or false for every "
-            "row at once); correlate it by an equality with an outer column"
-        )
-    inner_sql = sub.copy()
-    inner_sql.set("expressions", [c.copy() for _, c in links])
-    inner_sql.set("distinct", None)
-    inner_sql.set("order", None)
-    if rest:
-        pred = rest[0].copy()
-        for r in rest[1:]:
-            pred = exp.And(this=pred, expression=r.copy())
-        inner_sql.set("where", exp.Where(this=pred))
-    else:
-        inner_sql.set("where", None)
-    return [c for c, _ in links], inner_sql
+    return links, rest
+
+
+def where_of(conds: list[exp.Expression]) -> exp.Where | None:
+    """A WHERE clause ANDing ``conds`` (copies), or None for none."""
+    if not conds:
+        return None
+    pred = conds[0].copy()
+    for r in conds[1:]:
+        pred = exp.And(this=pred, expression=r.copy())
+    return exp.Where(this=pred)
 
 
 def _and_terms(e: exp.Expression) -> list[exp.Expression]:

@@ -78,6 +78,22 @@ SHAPES = {
         "z.k = y.k AND z.w = y.v) AND k = ? GROUP BY k",
         "k",
     ),
+    # Scalar subqueries: a left join with a grouped view (correlated), or with a one-row
+    # global aggregate on a constant (uncorrelated); COUNT of no rows is 0.
+    "scalar_uncorrelated": (
+        "SELECT k, v FROM {a} WHERE v > (SELECT AVG(w) FROM {b} WHERE t = 'p') AND k = ?",
+        "k",
+    ),
+    "scalar_correlated_where": (
+        "SELECT k, v, s FROM {a} WHERE v >= (SELECT MAX(w) FROM {b} WHERE {b}.k = {a}.k "
+        "AND t = 'p') AND k = ?",
+        "k",
+    ),
+    "scalar_count_select": (
+        "SELECT s, v, (SELECT COUNT(*) FROM {b} WHERE {b}.k = {a}.k) AS n, "
+        "(SELECT SUM(w) FROM {b} WHERE {b}.k = {a}.k AND {b}.w > 2) AS t FROM {a} WHERE s = ?",
+        "s",
+    ),
     "count": ("SELECT k, COUNT(*) AS n FROM {a} WHERE k = ? GROUP BY k", "k"),
     "count_sum": ("SELECT s, COUNT(v) AS n, SUM(v) AS total FROM {a} WHERE s = ? GROUP BY s", "s"),
     "avg": ("SELECT k, AVG(x) AS mean FROM {a} WHERE k = ? GROUP BY k", "k"),

@@ -18,6 +18,11 @@ REFUSED = [
     ("SELECT k FROM {t} WHERE v IN (SELECT k, v FROM {t})", "must select one column"),
     ("SELECT k FROM {t} WHERE NOT EXISTS (SELECT v FROM {t})", "uncorrelated EXISTS"),
     ("SELECT k FROM {t} EXCEPT SELECT k, v FROM {t}", "EXCEPT branches have different numbers"),
+    ("SELECT k FROM {t} WHERE v > (SELECT v FROM {t})", "must select one aggregate call"),
+    ("SELECT k, COUNT(*), (SELECT MAX(v) FROM {t}) FROM {t} GROUP BY k",
+     "SELECT list of an aggregate query"),
+    ("SELECT k FROM {t} y WHERE v > (SELECT MAX(v) FROM {t} x WHERE x.k > y.k)",
+     "correlated by equalities"),
     ("SELECT k FROM {t} INTERSECT ALL SELECT v FROM {t} LIMIT 2", "LIMIT needs an ORDER BY"),
     ("SELECT k FROM {t} y WHERE EXISTS (SELECT k FROM {t} x WHERE x.v > y.k)",
      "correlated by equalities"),
@@ -59,11 +64,13 @@ def test_unsupported_view_is_refused_by_name(server, uniq, sql, needle):
 # the user sent: (view SQL, words the message must hold, the text the position points at).
 REFUSED_AT = [
     (
-        "SELECT k, (SELECT COUNT(*) FROM {t} x WHERE x.k = y.k) AS n FROM {t} y GROUP BY k",
+        "SELECT k, COUNT(*) AS n FROM {t} y GROUP BY k\n"
+        "  HAVING COUNT(*) > (SELECT COUNT(*) FROM {t} x WHERE x.k = y.k)",
         "scalar subquery",
-        "SELECT COUNT",
+        "SELECT COUNT(*) FROM",
     ),
-    ("SELECT k FROM {t} WHERE v > (SELECT MAX(v) FROM {t})", "scalar subquery", "SELECT MAX"),
+    ("SELECT k FROM {t} GROUP BY k ORDER BY (SELECT MAX(v) FROM {t}) LIMIT 2", "scalar subquery",
+     "SELECT MAX"),
     ("SELECT k FROM {t} WHERE k NOT IN (SELECT v FROM {t})", "NOT IN (SELECT", "IN ("),
     ("SELECT k FROM {t}\n WHERE k = 1 OR EXISTS (SELECT v FROM {t} x WHERE x.k = k)",
      "EXISTS (SELECT", "EXISTS"),

@@ -1,0 +1,145 @@
+"""Scalar subqueries in WHERE and in the SELECT list, as a left join with an aggregate.
+
+A scalar subquery here computes one aggregate call, so it has at most one row per outer
+row:
+
+* correlated by equalities, ``(SELECT AGG(e) FROM r WHERE r.y = outer.x AND p)`` is the
+  value of the grouped view ``SELECT r.y, AGG(e) FROM r WHERE p GROUP BY r.y`` at
+  ``y = x``: a left join of the outer rows with it (an outer row without a group gets
+  NULL, the aggregate of no rows; COUNT gets 0 instead, through COALESCE);
+* uncorrelated, ``(SELECT AGG(e) FROM r WHERE p)`` is a global aggregate, always one row,
+  joined to every outer row on a constant (π adds the same literal to both sides). Every
+  outer row then sits under that one join key: a change of the value re-filters all of
+  them, which is what the SQL asks for.
+
+The joined value becomes a hidden column of the relation (qualifier ``SYNTHETIC``, not
+expanded by ``*``), and the subquery in the expression is replaced by a reference to it,
+so the rest of planning sees a plain column. The decorrelated pieces are ordinary
+operators (γ, ⟕, π), each with its usual partial state and Spark plan; ``explain`` shows
+them. Anything else (no aggregate, several columns, GROUP BY, correlation other than by
+equalities) is refused naming the reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sqlglot import exp
+
+from partialflow.operators.join import Join
+from partialflow.operators.project import Project
+from partialflow.server.errors import InvalidArgument, NotFound
+from partialflow.server.sql.binding import _AGG_FUNCS, SYNTHETIC, Scope, col, compile_expr
+from partialflow.server.sql.plan import PlanNode, ViewPlan, op_node, select_columns, visible_only
+from partialflow.server.sql.subqueries import Relation, split_correlation, where_of
+
+_SHOWN = 60
+
+
+def is_scalar(node: exp.Expression) -> bool:
+    """Whether ``node`` is a subquery used as a value (not in FROM, IN or EXISTS)."""
+    return isinstance(node, exp.Subquery) and node.parent is not None and not isinstance(
+        node.parent, (exp.From, exp.Join, exp.SetOperation, exp.In, exp.Exists)
+    )
+
+
+def allowed_place(node: exp.Expression) -> bool:
+    """Whether a scalar subquery sits in its SELECT's WHERE or SELECT list (where it is
+    planned as a join), not in HAVING, GROUP BY, ORDER BY or a join condition."""
+    child: exp.Expr = node
+    up = node.parent
+    while up is not None and not isinstance(up, exp.Select):
+        child, up = up, up.parent
+    return up is not None and child.arg_key in ("where", "expressions")
+
+
+def join_scalars(
+    exprs: list[exp.Expression],
+    node: PlanNode,
+    scope: Scope,
+    relation: Relation,
+    plan_query: Callable[[exp.Expression], ViewPlan],
+) -> tuple[list[exp.Expression], PlanNode, Scope]:
+    """``exprs`` with their scalar subqueries replaced by columns of ``node`` joined in."""
+    out = []
+    for e in exprs:
+        if not any(is_scalar(n) for n in e.find_all(exp.Subquery)):
+            out.append(e)
+            continue
+        e = e.copy()
+        # Only this level's subqueries: nested ones are planned with their own SELECT.
+        tops = [n for n in e.find_all(exp.Subquery)
+                if is_scalar(n) and n.find_ancestor(exp.Select) is None]
+        for sq in tops:
+            node, scope, ref = _join_one(sq, node, scope, relation, plan_query)
+            if sq is e:
+                e = ref
+            else:
+                sq.replace(ref)
+        out.append(e)
+    return out, node, scope
+
+
+def _join_one(
+    sq: exp.Subquery,
+    node: PlanNode,
+    scope: Scope,
+    relation: Relation,
+    plan_query: Callable[[exp.Expression], ViewPlan],
+) -> tuple[PlanNode, Scope, exp.Expression]:
+    sub = sq.this
+    text = f"({sub.sql()})"
+    shown = "scalar subquery " + (text if len(text) <= _SHOWN else text[: _SHOWN - 5] + " ...)")
+    if not isinstance(sub, exp.Select):
+        raise InvalidArgument(f"{shown}: the subquery must be a SELECT")
+    for arg, what in (("group", "GROUP BY"), ("having", "HAVING"), ("limit", "LIMIT"),
+                      ("offset", "OFFSET"), ("distinct", "DISTINCT")):
+        if sub.args.get(arg) is not None:
+            raise InvalidArgument(f"{shown}: {what} in a scalar subquery is not supported")
+    items = sub.expressions
+    first = items[0] if len(items) == 1 else None
+    call = first.this if isinstance(first, exp.Alias) else first
+    if not isinstance(call, tuple(_AGG_FUNCS)) or not isinstance(call, exp.Expression):
+        raise InvalidArgument(
+            f"{shown}: a scalar subquery must select one aggregate call (COUNT, SUM, AVG, MIN "
+            "or MAX), so that it has one value per outer row"
+        )
+    links, rest = split_correlation(sub, scope, relation, shown)
+    inner = sub.copy()
+    inner.set("expressions", [c.copy() for _, c in links] + [call.copy()])
+    inner.set("where", where_of(rest))
+    inner.set("order", None)
+    if links:
+        inner.set("group", exp.Group(expressions=[c.copy() for _, c in links]))
+    try:
+        plan = plan_query(inner)
+    except (InvalidArgument, NotFound) as err:
+        raise type(err)(f"{shown}: {err}") from None
+    right = visible_only(plan)
+    width = len(node.columns)
+    n = sum(1 for q, _ in scope.cols if q == SYNTHETIC)
+    name = f"_sq{n}"
+    if links:
+        left = node
+        xs = tuple(scope.find(o) for o, _ in links)
+        ys = tuple(range(len(links)))
+        value = width + len(links)
+    else:  # one row: joined to every outer row on a constant
+        one = exp.Literal.number(1)
+        lcols = node.columns + ("_one",)
+        left = op_node(
+            Project(lcols, [compile_expr(col(i)) for i in range(width)] + [compile_expr(one)]),
+            node,
+        )
+        right = op_node(Project(("_one", name), [compile_expr(one), compile_expr(col(0))]), right)
+        xs, ys = (width,), (0,)
+        value = width + 2
+    cols = left.columns + right.columns
+    joined = PlanNode(cols, Join(cols, xs, ys, "left", left_width=len(left.columns)),
+                      [left, right])
+    node = select_columns(joined, list(range(width)) + [value], node.columns + (name,))
+    scope = Scope(scope.cols + [(SYNTHETIC, name)])
+    ref: exp.Expression = exp.column(name, table=SYNTHETIC)
+    if isinstance(call, exp.Count):  # COUNT of no rows is 0, not the left join's NULL
+        ref = exp.Coalesce(this=ref, expressions=[exp.Literal.number(0)])
+    return node, scope, ref
