@@ -99,6 +99,9 @@ class Config:
     # ``checkpoints`` under the data directory). Only changed keys are written each time.
     checkpoint_interval: float = 10.0
     checkpoint_dir: str | None = None
+    # A read's fill also fetches the join index keys its keys depend on (dataflow/prefetch.py):
+    # fewer index fills under dimension updates, for a background scan and memory per fill.
+    index_prefetch: bool = True
 
     def __post_init__(self) -> None:
         if not self.data_dir:
@@ -175,6 +178,12 @@ def _choice(*allowed: str) -> Callable[[str], str]:
         return text
 
     return parse
+
+
+def _on_off(text: str) -> bool:
+    if text not in ("on", "off"):
+        raise ValueError(f"invalid choice {text!r}; use on or off")
+    return text == "on"
 
 
 def parse_spark_conf(text: str) -> tuple[tuple[str, str], ...]:
@@ -305,6 +314,13 @@ SERVE_OPTIONS: tuple[Option, ...] = (
         str,
         "where checkpoints go (default DIR/checkpoints under --data)",
         "DIR",
+    ),
+    Option(
+        "--index-prefetch",
+        "index_prefetch",
+        _on_off,
+        "a read's fill also fetches the join index keys it depends on (default on)",
+        "on|off",
     ),
     Option(
         "--verify-sample",

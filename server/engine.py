@@ -109,6 +109,7 @@ class Engine:
                 upquery_timeout=config.upquery_timeout,
                 checkpoints=self.checkpoints,
                 checkpoint_interval=config.checkpoint_interval,
+                index_prefetch=config.index_prefetch,
             )
             self.dataflow.start()
             self.verifier = attach_verifier(

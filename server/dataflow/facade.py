@@ -60,6 +60,7 @@ class Dataflow:
         clock: Callable[[], float] = time.monotonic,
         checkpoints: CheckpointStore | None = None,
         checkpoint_interval: float = 0.0,
+        index_prefetch: bool = True,
     ) -> None:
         self.storage = storage
         self.graph = Graph()
@@ -72,6 +73,7 @@ class Dataflow:
             start_lsn=storage.last_lsn,
             clock=clock,
         )
+        self.executor.fills.prefetcher.enabled = index_prefetch
         self.memory_limit = memory_limit
         self.upquery_timeout = upquery_timeout
         self.deps: dict[str, set[str]] = {}  # view -> views it is defined over

@@ -87,6 +87,7 @@ def test_spark_settings_pass_through_repeated_or_from_the_environment():
         ({"PARTIALFLOW_METRICS_PORT": "70000"}, "invalid metrics_port"),
         ({"PARTIALFLOW_SPARK_CONF": "spark.a"}, "invalid Spark setting 'spark.a': expected KEY"),
         ({"PARTIALFLOW_SPARK_CONF": "a.b=1"}, "keys start with 'spark.'"),
+        ({"PARTIALFLOW_INDEX_PREFETCH": "yes"}, "PARTIALFLOW_INDEX_PREFETCH='yes': invalid"),
     ],
 )
 def test_bad_settings_name_their_variable(env, message):
@@ -175,3 +176,12 @@ def test_a_server_configured_only_by_environment(tmp_path, monkeypatch):
     serving = next(r for r in records if r["msg"] == "serving")
     assert serving["auth"] is True and serving["metrics_port"] > 0
     assert "env-secret" not in srv.log_path.read_text()
+
+
+def test_index_prefetch_is_on_unless_turned_off():
+    env = {"PARTIALFLOW_DATA": "d"}
+    assert resolve_config(_flags([]), env).index_prefetch is True
+    assert resolve_config(_flags(["--index-prefetch", "off"]), env).index_prefetch is False
+    off = {**env, "PARTIALFLOW_INDEX_PREFETCH": "off"}
+    assert resolve_config(_flags([]), off).index_prefetch is False
+    assert resolve_config(_flags(["--index-prefetch", "on"]), off).index_prefetch is True

@@ -124,22 +124,25 @@ def _visits_writer(info: str, visit: str, where: dict) -> Callable[[object, int]
     return write
 
 
-def test_reads_of_max_per_category_complete_while_products_change_category(server, uniq):
-    """Index fills and gates: with the prefetch off, the visit index stays cold after the
-    reads, and every move misses it."""
-    prefetcher = server.engine.dataflow.executor.fills.prefetcher
-    prefetcher.enabled = False
+def test_reads_of_max_per_category_complete_while_products_change_category(
+        spark, tmp_path, uniq):
+    """Index fills and gates: on a server started with ``--index-prefetch off``, the
+    visit index stays cold after the reads, and every move misses it."""
+    from helpers import InProcessServer
+
+    server = InProcessServer(tmp_path / "data", spark, index_prefetch=False).start()
     try:
         info, visit, view, cats, where, sql = _visits_setup(server, uniq)
         with server.client() as c:
             before = c.stats().get("index_fills", 0)
         reads = _stream(server, _visits_writer(info, visit, where), cats, view)
+        with server.client() as c:
+            assert c.stats().get("index_keys_prefetched", 0) == 0
+            assert c.stats().get("index_fills", 0) > before, "the stream should miss the index"
+            for key, res, _ in _sample(reads):
+                assert_matches(c, sql, (key,), res)
     finally:
-        prefetcher.enabled = True
-    with server.client() as c:
-        assert c.stats().get("index_fills", 0) > before, "the stream should miss the index"
-        for key, res, _ in _sample(reads):
-            assert_matches(c, sql, (key,), res)
+        server.stop()
 
 
 def test_read_fills_prefetch_the_visit_index_so_moves_gate_nothing(server, uniq):
