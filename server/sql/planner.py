@@ -45,6 +45,7 @@ from partialflow.server.sql.binding import (
 )
 from partialflow.server.sql.distinct_aggregates import distinct_input
 from partialflow.server.sql.from_clause import conjunction, plan_from
+from partialflow.server.sql.not_in import is_not_in, not_in_join
 from partialflow.server.sql.parse import parse_query
 from partialflow.server.sql.plan import PlanNode, ViewPlan, op_node, visible_only
 from partialflow.server.sql.refusals import refuse_constructs
@@ -114,7 +115,7 @@ class Planner:
                             "not in a subquery or UNION branch; define a view over this one instead"
                         )
                     params.append(scope.find(p))
-                elif is_semi_join(conj) or is_exists_join(conj):
+                elif is_semi_join(conj) or is_exists_join(conj) or is_not_in(conj):
                     semis.append(conj)
                 elif any(isinstance(n, exp.Placeholder) for n in conj.walk()):
                     raise InvalidArgument(
@@ -129,6 +130,8 @@ class Planner:
         for conj in semis:
             if is_semi_join(conj):
                 node = semi_join(node, scope, conj, self._plan_query)
+            elif isinstance(conj, exp.Not) and is_not_in(conj):
+                node = not_in_join(node, scope, conj, self._relation, self._plan_query)
             else:
                 node = exists_join(node, scope, conj, self._relation, self._plan_query)
         if len(set(params)) != len(params):

@@ -18,6 +18,7 @@ from sqlglot import exp
 from sqlglot.tokens import Token, TokenType
 
 from partialflow.server.errors import InvalidArgument
+from partialflow.server.sql.not_in import is_not_in
 from partialflow.server.sql.scalars import allowed_place, is_scalar
 from partialflow.server.sql.subqueries import is_exists_join, is_semi_join
 
@@ -51,17 +52,14 @@ def _unsupported(node: exp.Expression) -> str | None:
             f"subqueries in expressions are not supported: EXISTS {_shown(node.this)} here "
             "(only [NOT] EXISTS ANDed into WHERE is, as a semi- or anti-join)"
         )
-    if isinstance(node, exp.In) and node.args.get("query") is not None and not is_semi_join(node):
+    if (isinstance(node, exp.In) and node.args.get("query") is not None
+            and not is_semi_join(node)
+            and not (isinstance(node.parent, exp.Expression) and is_not_in(node.parent))):
         shown = _shown(node.args["query"])
-        if isinstance(node.parent, exp.Not):
-            return (
-                f"NOT IN {shown} is not supported: one NULL among the subquery's values makes "
-                "it NULL for every row; write NOT EXISTS (SELECT ... WHERE y = x) (only "
-                "`column IN (SELECT ...)` ANDed into WHERE is, as a semi-join)"
-            )
+        word = "NOT IN" if isinstance(node.parent, exp.Not) else "IN"
         return (
-            f"subqueries in expressions are not supported: IN {shown} here (only "
-            "`column IN (SELECT ...)` ANDed into WHERE is, as a semi-join)"
+            f"subqueries in expressions are not supported: {word} {shown} here (only "
+            "`column [NOT] IN (SELECT ...)` ANDed into WHERE is, as a semi- or anti-join)"
         )
     if is_scalar(node) and not allowed_place(node):
         return (

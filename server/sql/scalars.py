@@ -62,6 +62,7 @@ def join_scalars(
 ) -> tuple[list[exp.Expression], PlanNode, Scope]:
     """``exprs`` with their scalar subqueries replaced by columns of ``node`` joined in."""
     out = []
+    joined: dict[str, exp.Expression] = {}  # one join per distinct subquery text
     for e in exprs:
         if not any(is_scalar(n) for n in e.find_all(exp.Subquery)):
             out.append(e)
@@ -71,7 +72,10 @@ def join_scalars(
         tops = [n for n in e.find_all(exp.Subquery)
                 if is_scalar(n) and n.find_ancestor(exp.Select) is None]
         for sq in tops:
-            node, scope, ref = _join_one(sq, node, scope, relation, plan_query)
+            text = sq.sql()
+            if text not in joined:
+                node, scope, joined[text] = _join_one(sq, node, scope, relation, plan_query)
+            ref = joined[text].copy()
             if sq is e:
                 e = ref
             else:

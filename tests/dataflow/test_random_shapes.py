@@ -94,6 +94,16 @@ SHAPES = {
         "(SELECT SUM(w) FROM {b} WHERE {b}.k = {a}.k AND {b}.w > 2) AS t FROM {a} WHERE s = ?",
         "s",
     ),
+    # NOT IN with SQL's NULL rules: b.w has no NULLs, a.x and the CASE values some.
+    "not_in": (
+        "SELECT k, v, s FROM {a} WHERE v NOT IN (SELECT w FROM {b} WHERE t = 'q') AND k = ?",
+        "k",
+    ),
+    "not_in_with_nulls": (
+        "SELECT s, v FROM {a} WHERE v NOT IN (SELECT CASE WHEN w > 4 THEN NULL ELSE w END "
+        "FROM {b} WHERE k < 3) AND s = ?",
+        "s",
+    ),
     "count": ("SELECT k, COUNT(*) AS n FROM {a} WHERE k = ? GROUP BY k", "k"),
     "count_sum": ("SELECT s, COUNT(v) AS n, SUM(v) AS total FROM {a} WHERE s = ? GROUP BY s", "s"),
     "avg": ("SELECT k, AVG(x) AS mean FROM {a} WHERE k = ? GROUP BY k", "k"),
