@@ -2,8 +2,8 @@
 two independent answers.
 
 A seeded generator writes SELECTs over three small tables: filters with AND/OR/NULL tests,
-joins of 2 and 3 tables (INNER, LEFT, comma), aggregates with HAVING, DISTINCT, IN and
-[NOT] EXISTS subqueries, set operations, top-k, and a few constructs the server refuses
+joins of 2 and 3 tables (INNER, LEFT, comma), aggregates with HAVING, DISTINCT, IN, NOT IN,
+[NOT] EXISTS and scalar subqueries, set operations, top-k, and a few constructs the server refuses
 (each refusal must be InvalidArgument naming it: anything else fails). Every accepted view
 is read after every round of random inserts, deletes and evictions, and each key's rows are
 compared with Spark SQL over the base tables at the result's LSN (``oracle.check_results``)
@@ -93,7 +93,7 @@ class Generator:
     def query(self) -> Query:
         kind = self.rng.choice([
             "filter", "join", "join3", "comma", "aggregate", "join_aggregate", "distinct",
-            "in", "exists", "setop", "topk", "refused",
+            "in", "not_in", "exists", "scalar", "setop", "topk", "refused",
         ])
         return getattr(self, f"_{kind}")()
 
@@ -157,6 +157,24 @@ class Generator:
         return Query(f"SELECT {{r}}.k, {{r}}.a FROM {{r}}"
                      f"{self.where([f'{{r}}.a IN ({sub})'], '{r}.k' if key else None)}", key)
 
+    def _not_in(self) -> Query:
+        key = "k" if self.maybe() else None
+        value = self.rng.choice(["{q}.b", "CASE WHEN {q}.b > 5 THEN NULL ELSE {q}.b END"])
+        sub = f"SELECT {value} FROM {{q}} WHERE {self.pred_q()}"
+        return Query(f"SELECT {{r}}.k, {{r}}.a FROM {{r}}"
+                     f"{self.where([f'{{r}}.a NOT IN ({sub})'], '{r}.k' if key else None)}", key)
+
+    def _scalar(self) -> Query:
+        key = "k" if self.maybe() else None
+        agg = self.rng.choice(["MAX(z.b)", "AVG(z.b)", "COUNT(*)", "SUM(z.b)", "MIN(z.b)"])
+        link = self.rng.choice(["", "z.k = {r}.k AND "])
+        sub = f"(SELECT {agg} FROM {{q}} z WHERE {link}{self.pred_q('z')})"
+        if self.maybe():
+            return Query(f"SELECT {{r}}.k, {{r}}.a FROM {{r}}"
+                         f"{self.where([f'{{r}}.a >= {sub}'], '{r}.k' if key else None)}", key)
+        return Query(f"SELECT {{r}}.k, {{r}}.s, {sub} AS x FROM {{r}}"
+                     f"{self.where([], '{r}.k' if key else None)}", key)
+
     def _exists(self) -> Query:
         key = "k" if self.maybe() else None
         neg = "NOT " if self.maybe() else ""
@@ -182,8 +200,10 @@ class Generator:
 
     def _refused(self) -> Query:
         sql, why = self.rng.choice([
-            ("SELECT {r}.k FROM {r} WHERE {r}.a > (SELECT MAX({q}.b) FROM {q})", "scalar subquery"),
-            ("SELECT {r}.k FROM {r} WHERE {r}.a NOT IN (SELECT {q}.b FROM {q})", "NOT IN"),
+            ("SELECT {r}.k, COUNT(*) AS n FROM {r} GROUP BY {r}.k HAVING COUNT(*) > "
+             "(SELECT COUNT(*) FROM {q})", "scalar subquery"),
+            ("SELECT {r}.k FROM {r} WHERE {r}.a = 1 OR {r}.a NOT IN (SELECT {q}.b FROM {q})",
+             "NOT IN"),
             ("SELECT {r}.k, ROW_NUMBER() OVER (ORDER BY {r}.a) AS n FROM {r}", "window"),
             ("SELECT {r}.k FROM {r} RIGHT JOIN {q} ON {r}.k = {q}.k", "RIGHT JOIN"),
         ])
