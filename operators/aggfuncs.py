@@ -135,10 +135,15 @@ class Sum(AggFunc):
         n, total, nan, pinf, ninf = state
         for v, sign in diffs:
             n += sign
-            kind = special_kind(v)
-            if kind == 0:
+            # Inline fast test for a finite value (special_kind 0): not a float, or a
+            # float whose v - v is 0.0 (NaN and the infinities give NaN there).
+            if v.__class__ is not float or v - v == 0.0:
                 total = total + v if sign > 0 else total - v
-            elif kind == 1:
+                if not n:
+                    total = 0
+                continue
+            kind = special_kind(v)
+            if kind == 1:
                 nan += sign
             elif kind == 2:
                 pinf += sign

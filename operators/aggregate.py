@@ -65,6 +65,10 @@ class Aggregate(GroupedOperator):
         self.candidates = candidates
         self.funcs = [aggfuncs.make(a.func, a.col) for a in self.aggs]
         self._group_of = column_getter(self.group_by)
+        # Per-delta hot path: the functions' bound methods, looked up once.
+        self._star = [f.__class__ is aggfuncs.CountStar for f in self.funcs]
+        self._results = [f.result for f in self.funcs]
+        self._sizes = [f.size for f in self.funcs]
 
     # -- wiring ------------------------------------------------------------------------
     def group_columns(self) -> tuple[int, ...]:
@@ -77,16 +81,23 @@ class Aggregate(GroupedOperator):
         return self._group_of(row)
 
     # -- computation -------------------------------------------------------------------
+    def split(self, parent: int, deltas: list[Delta]) -> dict[Row, list[Delta]]:
+        return by_group(deltas, self._group_of)
+
     def on_input(self, parent: int, deltas: list[Delta], state: StateView) -> Output:
+        return self.on_groups(parent, by_group(deltas, self._group_of), state)
+
+    def on_groups(self, parent: int, groups: dict[Row, list[Delta]], state: StateView) -> Output:
         out = Output()
-        for group, batch in by_group(deltas, self._group_of).items():
-            old = state.own(group)
+        own, fold, emit = state.own, self._fold, self._emit
+        for group, batch in groups.items():
+            old = own(group)
             try:
-                new = self._fold(old if old is not None else self._initial(), batch)
+                new = fold(old if old is not None else self._initial(), batch)
             except Exhausted:
                 out.exhausted.append(group)
                 continue
-            self._emit(group, old, new, out)
+            emit(group, old, new, out)
         return out
 
     def initial_entry(self) -> AggEntry:
@@ -94,32 +105,44 @@ class Aggregate(GroupedOperator):
         return self._initial()
 
     def _initial(self) -> AggEntry:
-        return AggEntry(0, tuple(f.initial() for f in self.funcs))
+        return AggEntry(0, tuple([f.initial() for f in self.funcs]))
 
     def _fold(self, entry: AggEntry, batch: list[Delta]) -> AggEntry:
         cap = self.candidates
-        states = tuple([f.fold(st, batch, cap)
-                        for f, st in zip(self.funcs, entry.states, strict=True)])
-        return AggEntry(entry.rows + sum([sign for _, sign in batch]), states)
+        n = sum([d[1] for d in batch])
+        # COUNT(*)'s state is the group's row count: add the batch's once, not per call.
+        states = tuple([st + n if star else f.fold(st, batch, cap)
+                        for f, star, st in zip(self.funcs, self._star, entry.states, strict=True)])
+        return AggEntry(entry.rows + n, states)
 
     def _emit(self, group: Row, old: AggEntry | None, new: AggEntry, out: Output) -> None:
-        is_global = not self.group_by
-        old_rows = self.output_rows(group, old if old is not None else self._initial())
-        if new.rows <= 0 and not is_global:
+        grouped = bool(self.group_by)
+        # An absent group is the empty-input entry: no row when grouped, the global
+        # aggregate's row of COUNT 0 and NULLs otherwise.
+        old_row = self._row(group, old if old is not None else self._initial())
+        if new.rows <= 0 and grouped:
             out.writes[group] = None
-            out.deltas.extend((r, -1) for r in old_rows)
+            if old_row is not None:
+                out.deltas.append((old_row, -1))
             return
         out.writes[group] = new
-        new_rows = self.output_rows(group, new)
-        if old_rows != new_rows:
-            out.deltas.extend((r, -1) for r in old_rows)
-            out.deltas.extend((r, 1) for r in new_rows)
+        new_row = self._row(group, new)
+        if old_row != new_row:
+            if old_row is not None:
+                out.deltas.append((old_row, -1))
+            if new_row is not None:
+                out.deltas.append((new_row, 1))
+
+    def _row(self, group: Row, entry: AggEntry) -> Row | None:
+        """The one output row of an entry, or None (a grouped entry without rows)."""
+        if entry.rows <= 0 and self.group_by:
+            return None
+        return group + tuple([r(s) for r, s in zip(self._results, entry.states, strict=True)])
 
     # -- state -------------------------------------------------------------------------
     def output_rows(self, group: Row, entry: AggEntry) -> list[Row]:
-        if entry.rows <= 0 and self.group_by:
-            return []
-        return [group + tuple(f.result(s) for f, s in zip(self.funcs, entry.states, strict=True))]
+        row = self._row(group, entry)
+        return [] if row is None else [row]
 
     def load_entries(self, state_rows: list[Row]) -> dict[Row, Any]:
         """Rows ``(group values..., row count, accumulators per aggregate...)``; the
@@ -136,7 +159,7 @@ class Aggregate(GroupedOperator):
         return entries
 
     def entry_size(self, entry: AggEntry) -> int:
-        return 72 + sum(f.size(s) for f, s in zip(self.funcs, entry.states, strict=True))
+        return 72 + sum([size(s) for size, s in zip(self._sizes, entry.states, strict=True)])
 
     # -- identity ----------------------------------------------------------------------
     def signature(self) -> Hashable:

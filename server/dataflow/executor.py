@@ -398,34 +398,39 @@ class Executor:
     def _process(self, node: Node, pidx: int, deltas: list[Delta], lsn: int) -> list[Delta]:
         if node.view is not None:
             assert node.own is not None
-            for d in deltas:
-                self._apply_rows(node.own, d, lsn)
+            self._apply_batch(node.own, deltas, lsn)
             return []
         op = node.op
         assert op is not None
         st = node.own
         if st is not None:  # a grouped operator: only groups whose key is filled go in
-            passed = []
+            # Split once; every delta of a group shares its fill key, so one check per
+            # group decides for all of them (each group's deltas keep their order).
+            groups = op.split(pidx, deltas)  # type: ignore[attr-defined]
             scope = self._scope
             if scope is None and not st.partial_cols and st.is_filled(()):
-                passed = deltas  # one fill key, filled: every group goes in
-                deltas = []
-            for d in deltas:
-                fk = st.fill_key_of_index(op.input_group(pidx, d[0]))  # type: ignore[attr-defined]
-                if st.is_filled(fk):
-                    if scope is None or lsn > scope.get((st, fk), lsn):
-                        passed.append(d)
-                else:
-                    fill = st.pending_fill(fk)
-                    if fill is not None and lsn > fill.lsn:
-                        fill.hold(HeldNode(lsn, fk, node, pidx, d))
+                passed = groups  # one fill key, filled: every group goes in
+            else:
+                passed = {}
+                fk_of = st.fill_key_of_index
+                for group, batch in groups.items():
+                    fk = fk_of(group)
+                    if st.is_filled(fk):
+                        if scope is None or lsn > scope.get((st, fk), lsn):
+                            passed[group] = batch
+                    else:
+                        fill = st.pending_fill(fk)
+                        if fill is not None and lsn > fill.lsn:
+                            for d in batch:
+                                fill.hold(HeldNode(lsn, fk, node, pidx, d))
             if not passed:
                 return []
-            out = op.on_input(pidx, passed, StateAccess(node))
+            out = op.on_groups(pidx, passed, StateAccess(node))  # type: ignore[attr-defined]
+            changed, fk_of, entry_size = self._changed, st.fill_key_of_index, op.entry_size  # type: ignore[attr-defined]
             for group, entry in out.writes.items():
-                fk = st.fill_key_of_index(group)
-                st.set_entry(fk, group, entry, op.entry_size(entry) if entry is not None else 0)  # type: ignore[attr-defined]
-                self._changed[(st, fk)] = None
+                fk = fk_of(group)
+                st.set_entry(fk, group, entry, entry_size(entry) if entry is not None else 0)
+                changed[(st, fk)] = None
             for group in out.exhausted:
                 self.stats.count("exhausted")
                 self.evictor.evict(st, st.fill_key_of_index(group))
@@ -472,9 +477,36 @@ class Executor:
                 self.fills.want(side, fk, None)
         own_side = node.sides.get(pidx)
         if own_side is not None:
-            for d in deltas:
-                self._apply_rows(own_side, d, lsn)
+            self._apply_batch(own_side, deltas, lsn)
         return out.deltas
+
+    def _apply_batch(self, st: State, deltas: list[Delta], lsn: int) -> None:
+        """``_apply_rows`` of each delta, by fill key: one hole/pending/filled check and
+        one size update per key. Deltas of different keys touch different buckets, and
+        each key's keep their order, so this is the same as one at a time."""
+        if st.holds_nothing():
+            return  # every key is a hole: each delta would be dropped there
+        fk_of = st.fill_key_of_row
+        by_fk: dict[Row, list[Delta]] = {}
+        for d in deltas:
+            fk = fk_of(d[0])
+            batch = by_fk.get(fk)
+            if batch is None:
+                by_fk[fk] = [d]
+            else:
+                batch.append(d)
+        scope, changed = self._scope, self._changed
+        for fk, batch in by_fk.items():
+            bucket = st.bucket(fk)
+            if bucket is not None:
+                if scope is None or lsn > scope.get((st, fk), lsn):
+                    st.apply_rows(bucket, fk, batch)
+                    changed[(st, fk)] = None
+                continue
+            fill = st.pending_fill(fk)
+            if fill is not None and lsn > fill.lsn:
+                for d in batch:
+                    fill.hold(HeldRows(lsn, fk, st, d))
 
     def _apply_rows(self, st: State, d: Delta, lsn: int) -> None:
         row, sign = d

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Literal
 
 from partialflow.operators.base import Row
@@ -273,6 +274,34 @@ class State:
                 del bucket[ik]
         self._sizes[fk] = self._sizes.get(fk, BUCKET_OVERHEAD) + (size if sign > 0 else -size)
 
+    def apply_rows(self, bucket: Bucket, fk: Row, deltas: list[tuple[Row, int]]) -> None:
+        """``apply_row`` of each delta in order (all of fill key ``fk``), with the size
+        total updated once."""
+        ik_of, dirty = self.index_key_of_row, self._dirty_ik
+        grown = 0
+        for row, sign in deltas:
+            row = canonical_row(row)
+            ik = ik_of(row)
+            if dirty is not None:
+                dirty.add(ik)
+            bag = bucket.get(ik)
+            if bag is None:
+                bag = bucket[ik] = {}
+            n = bag.get(row, 0) + sign
+            if n != 0:
+                if n < 0:  # see apply_row
+                    self.anomalies += 1
+                    _log.warning("state %s: count of row %r fell below zero (fill key %r)",
+                                 self.label, row, fk)
+                bag[row] = n
+            else:
+                del bag[row]
+                if not bag:
+                    del bucket[ik]
+            size = row_size(row)
+            grown += size if sign > 0 else -size
+        self._sizes[fk] = self._sizes.get(fk, BUCKET_OVERHEAD) + grown
+
     def rows_at(self, ik: Row) -> list[Row] | None:
         """The bag of rows at index key ``ik``, or None when its fill key is a hole or
         pending (lookups can't use data that isn't there yet)."""
@@ -354,10 +383,7 @@ def _getter(cols: tuple[int, ...]) -> Callable[[Row], Row]:
     if len(cols) == 1:
         c = cols[0]
         return lambda row: (row[c],)
-    if len(cols) == 2:
-        a, b = cols
-        return lambda row: (row[a], row[b])
-    return lambda row: tuple([row[c] for c in cols])
+    return itemgetter(*cols)  # a tuple for two or more columns, built in C
 
 
 class StateAccess:
