@@ -116,33 +116,37 @@ class Aggregate(GroupedOperator):
         return AggEntry(entry.rows + n, states)
 
     def _emit(self, group: Row, old: AggEntry | None, new: AggEntry, out: Output) -> None:
-        grouped = bool(self.group_by)
-        # An absent group is the empty-input entry: no row when grouped, the global
-        # aggregate's row of COUNT 0 and NULLs otherwise.
-        old_row = self._row(group, old if old is not None else self._initial())
-        if new.rows <= 0 and grouped:
+        # Rows are built only when the aggregate values changed (a MAX that a batch did
+        # not beat emits nothing and builds nothing). An absent group is the empty-input
+        # entry: no row when grouped, the global aggregate's row of COUNT 0 and NULLs.
+        old_vals = self._values(old if old is not None else self._initial())
+        if new.rows <= 0 and self.group_by:
             out.writes[group] = None
-            if old_row is not None:
-                out.deltas.append((old_row, -1))
+            if old_vals is not None:
+                out.deltas.append((group + old_vals, -1))
             return
         out.writes[group] = new
-        new_row = self._row(group, new)
-        if old_row != new_row:
-            if old_row is not None:
-                out.deltas.append((old_row, -1))
-            if new_row is not None:
-                out.deltas.append((new_row, 1))
+        new_vals = self._values(new)
+        if old_vals != new_vals:
+            if old_vals is not None:
+                out.deltas.append((group + old_vals, -1))
+            if new_vals is not None:
+                out.deltas.append((group + new_vals, 1))
 
-    def _row(self, group: Row, entry: AggEntry) -> Row | None:
-        """The one output row of an entry, or None (a grouped entry without rows)."""
+    def _values(self, entry: AggEntry) -> Row | None:
+        """The aggregate values of an entry's one output row, or None (a grouped entry
+        without rows has no row)."""
         if entry.rows <= 0 and self.group_by:
             return None
-        return group + tuple([r(s) for r, s in zip(self._results, entry.states, strict=True)])
+        results = self._results
+        if len(results) == 1:  # the common case: one aggregate
+            return (results[0](entry.states[0]),)
+        return tuple([r(s) for r, s in zip(results, entry.states, strict=True)])
 
     # -- state -------------------------------------------------------------------------
     def output_rows(self, group: Row, entry: AggEntry) -> list[Row]:
-        row = self._row(group, entry)
-        return [] if row is None else [row]
+        vals = self._values(entry)
+        return [] if vals is None else [group + vals]
 
     def load_entries(self, state_rows: list[Row]) -> dict[Row, Any]:
         """Rows ``(group values..., row count, accumulators per aggregate...)``; the
@@ -159,7 +163,10 @@ class Aggregate(GroupedOperator):
         return entries
 
     def entry_size(self, entry: AggEntry) -> int:
-        return 72 + sum([size(s) for size, s in zip(self._sizes, entry.states, strict=True)])
+        sizes = self._sizes
+        if len(sizes) == 1:
+            return 72 + sizes[0](entry.states[0])
+        return 72 + sum([size(s) for size, s in zip(sizes, entry.states, strict=True)])
 
     # -- identity ----------------------------------------------------------------------
     def signature(self) -> Hashable:

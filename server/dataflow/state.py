@@ -339,6 +339,31 @@ class State:
             delta = -(self._entry_size(old) + row_size(group))
         self._sizes[fk] = self._sizes.get(fk, BUCKET_OVERHEAD) + delta
 
+    def set_entries(self, writes: dict[Row, Any], size_of: Callable[[Any], int]) -> list[Row]:
+        """``set_entry`` of each group (``size_of`` gives an entry's size), the size total
+        updated once per fill key; returns the fill keys touched, in order of first touch."""
+        fk_of, buckets, dirty = self.fill_key_of_index, self._buckets, self._dirty_ik
+        entry_size = self._entry_size
+        grown: dict[Row, int] = {}
+        for group, entry in writes.items():
+            fk = fk_of(group)
+            bucket = buckets[fk]
+            if dirty is not None:
+                dirty.add(group)
+            if entry is not None:
+                old = bucket.get(group)
+                bucket[group] = entry
+                size = size_of(entry)
+                delta = size - entry_size(old) if old is not None else size + row_size(group)
+            else:
+                old = bucket.pop(group, None)
+                delta = 0 if old is None else -(entry_size(old) + row_size(group))
+            grown[fk] = grown.get(fk, 0) + delta
+        sizes = self._sizes
+        for fk, delta in grown.items():
+            sizes[fk] = sizes.get(fk, BUCKET_OVERHEAD) + delta
+        return list(grown)
+
     def entry(self, group: Row) -> Any | None:
         """A group's entry, or None when the group is absent or its key not filled."""
         bucket = self._buckets.get(self.fill_key_of_index(group))
