@@ -135,10 +135,15 @@ class Sum(AggFunc):
         n, total, nan, pinf, ninf = state
         for v, sign in diffs:
             n += sign
-            kind = special_kind(v)
-            if kind == 0:
+            # Inline fast test for a finite value (special_kind 0): not a float, or a
+            # float whose v - v is 0.0 (NaN and the infinities give NaN there).
+            if v.__class__ is not float or v - v == 0.0:
                 total = total + v if sign > 0 else total - v
-            elif kind == 1:
+                if not n:
+                    total = 0
+                continue
+            kind = special_kind(v)
+            if kind == 1:
                 nan += sign
             elif kind == 2:
                 pinf += sign
@@ -223,16 +228,31 @@ class Extremum(AggFunc):
         """As ``apply`` of the batch's diffs, merged in one pass when the batch only
         inserts (appends: the common case of a large write) and is not small."""
         col = self.col
-        vals = [row[col] for row, sign in batch if sign > 0]  # type: ignore[index]
-        if len(vals) < _MERGE_MIN or len(vals) != len(batch):
-            return super().fold(state, batch, candidates)
-        vals = [v for v in vals if v is not None]
-        if not vals:
-            return state
-        seen = Counter(vals)
-        if any(v != v for v in seen):  # NaN: keep the one-at-a-time order semantics
-            return self.apply(state, [(v, 1) for v in vals], candidates)
-        return _merge_inserts(state, seen, len(vals), self.key, candidates)
+        if len(batch) >= _MERGE_MIN:
+            vals = [row[col] for row, sign in batch if sign > 0]  # type: ignore[index]
+            if len(vals) == len(batch):
+                vals = [v for v in vals if v is not None]
+                if not vals:
+                    return state
+                seen = Counter(vals)
+                if any(v != v for v in seen):  # NaN: keep the one-at-a-time order semantics
+                    return self.apply(state, [(v, 1) for v in vals], candidates)
+                return _merge_inserts(state, seen, len(vals), self.key, candidates)
+        # ``apply`` of the non-NULL diffs, in one pass (the state is copied on the first).
+        key, new = self.key, None
+        for row, sign in batch:
+            v = row[col]  # type: ignore[index]
+            if v is None:
+                continue
+            if new is None:
+                new = state.copy()
+            if sign > 0:
+                new.insert(v, key, candidates)
+            else:
+                new.delete(v, key)
+                if not new.kept and new.total > 0:
+                    raise Exhausted(self.name)
+        return state if new is None else new
 
     def result(self, state: Candidates) -> Any:
         return state.items[0] if state.items else None

@@ -65,6 +65,10 @@ class Aggregate(GroupedOperator):
         self.candidates = candidates
         self.funcs = [aggfuncs.make(a.func, a.col) for a in self.aggs]
         self._group_of = column_getter(self.group_by)
+        # Per-delta hot path: the functions' bound methods, looked up once.
+        self._star = [f.__class__ is aggfuncs.CountStar for f in self.funcs]
+        self._results = [f.result for f in self.funcs]
+        self._sizes = [f.size for f in self.funcs]
 
     # -- wiring ------------------------------------------------------------------------
     def group_columns(self) -> tuple[int, ...]:
@@ -77,16 +81,23 @@ class Aggregate(GroupedOperator):
         return self._group_of(row)
 
     # -- computation -------------------------------------------------------------------
+    def split(self, parent: int, deltas: list[Delta]) -> dict[Row, list[Delta]]:
+        return by_group(deltas, self._group_of)
+
     def on_input(self, parent: int, deltas: list[Delta], state: StateView) -> Output:
+        return self.on_groups(parent, by_group(deltas, self._group_of), state)
+
+    def on_groups(self, parent: int, groups: dict[Row, list[Delta]], state: StateView) -> Output:
         out = Output()
-        for group, batch in by_group(deltas, self._group_of).items():
-            old = state.own(group)
+        own, fold, emit = state.own, self._fold, self._emit
+        for group, batch in groups.items():
+            old = own(group)
             try:
-                new = self._fold(old if old is not None else self._initial(), batch)
+                new = fold(old if old is not None else self._initial(), batch)
             except Exhausted:
                 out.exhausted.append(group)
                 continue
-            self._emit(group, old, new, out)
+            emit(group, old, new, out)
         return out
 
     def initial_entry(self) -> AggEntry:
@@ -94,32 +105,48 @@ class Aggregate(GroupedOperator):
         return self._initial()
 
     def _initial(self) -> AggEntry:
-        return AggEntry(0, tuple(f.initial() for f in self.funcs))
+        return AggEntry(0, tuple([f.initial() for f in self.funcs]))
 
     def _fold(self, entry: AggEntry, batch: list[Delta]) -> AggEntry:
         cap = self.candidates
-        states = tuple([f.fold(st, batch, cap)
-                        for f, st in zip(self.funcs, entry.states, strict=True)])
-        return AggEntry(entry.rows + sum([sign for _, sign in batch]), states)
+        n = sum([d[1] for d in batch])
+        # COUNT(*)'s state is the group's row count: add the batch's once, not per call.
+        states = tuple([st + n if star else f.fold(st, batch, cap)
+                        for f, star, st in zip(self.funcs, self._star, entry.states, strict=True)])
+        return AggEntry(entry.rows + n, states)
 
     def _emit(self, group: Row, old: AggEntry | None, new: AggEntry, out: Output) -> None:
-        is_global = not self.group_by
-        old_rows = self.output_rows(group, old if old is not None else self._initial())
-        if new.rows <= 0 and not is_global:
+        # Rows are built only when the aggregate values changed (a MAX that a batch did
+        # not beat emits nothing and builds nothing). An absent group is the empty-input
+        # entry: no row when grouped, the global aggregate's row of COUNT 0 and NULLs.
+        old_vals = self._values(old if old is not None else self._initial())
+        if new.rows <= 0 and self.group_by:
             out.writes[group] = None
-            out.deltas.extend((r, -1) for r in old_rows)
+            if old_vals is not None:
+                out.deltas.append((group + old_vals, -1))
             return
         out.writes[group] = new
-        new_rows = self.output_rows(group, new)
-        if old_rows != new_rows:
-            out.deltas.extend((r, -1) for r in old_rows)
-            out.deltas.extend((r, 1) for r in new_rows)
+        new_vals = self._values(new)
+        if old_vals != new_vals:
+            if old_vals is not None:
+                out.deltas.append((group + old_vals, -1))
+            if new_vals is not None:
+                out.deltas.append((group + new_vals, 1))
+
+    def _values(self, entry: AggEntry) -> Row | None:
+        """The aggregate values of an entry's one output row, or None (a grouped entry
+        without rows has no row)."""
+        if entry.rows <= 0 and self.group_by:
+            return None
+        results = self._results
+        if len(results) == 1:  # the common case: one aggregate
+            return (results[0](entry.states[0]),)
+        return tuple([r(s) for r, s in zip(results, entry.states, strict=True)])
 
     # -- state -------------------------------------------------------------------------
     def output_rows(self, group: Row, entry: AggEntry) -> list[Row]:
-        if entry.rows <= 0 and self.group_by:
-            return []
-        return [group + tuple(f.result(s) for f, s in zip(self.funcs, entry.states, strict=True))]
+        vals = self._values(entry)
+        return [] if vals is None else [group + vals]
 
     def load_entries(self, state_rows: list[Row]) -> dict[Row, Any]:
         """Rows ``(group values..., row count, accumulators per aggregate...)``; the
@@ -136,7 +163,10 @@ class Aggregate(GroupedOperator):
         return entries
 
     def entry_size(self, entry: AggEntry) -> int:
-        return 72 + sum(f.size(s) for f, s in zip(self.funcs, entry.states, strict=True))
+        sizes = self._sizes
+        if len(sizes) == 1:
+            return 72 + sizes[0](entry.states[0])
+        return 72 + sum([size(s) for size, s in zip(sizes, entry.states, strict=True)])
 
     # -- identity ----------------------------------------------------------------------
     def signature(self) -> Hashable:

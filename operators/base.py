@@ -131,6 +131,27 @@ class GroupedOperator(Operator):
     def input_group(self, parent: int, row: Row) -> Row:
         """The group key an input row belongs to (so the executor can gate it)."""
 
+    def split(self, parent: int, deltas: list[Delta]) -> dict[Row, list[Delta]]:
+        """The batch by group (``input_group``), groups in order of first appearance and
+        each group's deltas in arrival order. The executor splits a batch once, gates it
+        per group and hands the groups that pass to ``on_groups``: one key computation
+        per delta and one fill check per group, instead of one of each per delta."""
+        groups: dict[Row, list[Delta]] = {}
+        for d in deltas:
+            g = self.input_group(parent, d[0])
+            bucket = groups.get(g)
+            if bucket is None:
+                groups[g] = [d]
+            else:
+                bucket.append(d)
+        return groups
+
+    def on_groups(self, parent: int, groups: dict[Row, list[Delta]], state: StateView) -> Output:
+        """``on_input`` of a batch already split by ``split`` (some groups may have been
+        left out). Each group is processed on its own, so this is ``on_input`` of the
+        groups' deltas one group after another."""
+        return self.on_input(parent, [d for batch in groups.values() for d in batch], state)
+
     @abstractmethod
     def load_entries(self, state_rows: list[Row]) -> dict[Row, Any]:
         """Entries from the Spark state rows (see ``server/upquery/operator_plans.py``)."""

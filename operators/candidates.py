@@ -21,14 +21,18 @@ from partialflow.operators.sizes import list_size, value_size
 
 KeyFn = Callable[[Any], Any]
 
+# Counts up to this are CPython's cached small ints: they own no bytes (sizes.value_size).
+_SMALL_INT = 256
+
 
 class Candidates:
     """A group's kept items (best first, distinct, with counts) and its total item count."""
 
-    # ``_bytes``: what ``size`` returned, kept until the next change. The executor sizes
-    # a group's entry when it is written and again when it is replaced; a MIN/MAX entry's
-    # size walks every kept item, so the second walk is saved.
-    __slots__ = ("items", "counts", "kept", "total", "_bytes")
+    # ``_payload``: bytes of the items and counts themselves (``size`` adds the two lists),
+    # kept up to date by ``insert``/``delete`` once known, so ``size`` (called for every
+    # entry the executor writes and again when it is replaced) never walks the items.
+    # ``_isize``: the item size function it was measured with (one per instance).
+    __slots__ = ("items", "counts", "kept", "total", "_payload", "_isize")
 
     def __init__(self, items: list[Any] | None = None, counts: list[int] | None = None,
                  total: int | None = None) -> None:
@@ -36,7 +40,8 @@ class Candidates:
         self.counts: list[int] = counts if counts is not None else [1] * len(self.items)
         self.kept = sum(self.counts)
         self.total = self.kept if total is None else total
-        self._bytes: int | None = None
+        self._payload: int | None = None
+        self._isize: Callable[[Any], int] = value_size
 
     def __getstate__(self) -> tuple[list[Any], list[int], int, int]:
         return (self.items, self.counts, self.kept, self.total)
@@ -45,7 +50,8 @@ class Candidates:
         if isinstance(state, tuple) and len(state) == 2:  # the default slots form
             state = tuple(state[1][k] for k in ("items", "counts", "kept", "total"))
         self.items, self.counts, self.kept, self.total = state
-        self._bytes = None
+        self._payload = None
+        self._isize = value_size
 
     @classmethod
     def loaded(cls, pairs: list[tuple[Any, int]], total: int, key: KeyFn) -> Candidates:
@@ -57,7 +63,7 @@ class Candidates:
         twin = Candidates.__new__(Candidates)
         twin.items, twin.counts = self.items[:], self.counts[:]
         twin.kept, twin.total = self.kept, self.total
-        twin._bytes = self._bytes
+        twin._payload, twin._isize = self._payload, self._isize
         return twin
 
     @property
@@ -71,21 +77,27 @@ class Candidates:
         k = key(item)
         i = bisect_left(items, k, key=key)
         self.total += 1
-        self._bytes = None
         if i < len(items) and key(items[i]) == k:
-            counts[i] += 1
+            c = counts[i]
+            counts[i] = c + 1
             self.kept += 1
+            if c >= _SMALL_INT and self._payload is not None:
+                self._payload += value_size(c + 1) - value_size(c)
             return
         room = cap is None or len(items) < cap
         # Untruncated with room: every item is kept. Otherwise only items better than
         # the worst kept one may enter (unseen items are all worse than that one).
         if (room and self.total - 1 == self.kept) or i < len(items):
             items.insert(i, item)
-            counts.insert(i, 1)
+            counts.insert(i, 1)  # a count of 1 owns no bytes (a cached small int)
             self.kept += 1
+            if self._payload is not None:
+                self._payload += self._isize(item)
             if cap is not None and len(items) > cap:
-                items.pop()
-                self.kept -= counts.pop()
+                gone, c = items.pop(), counts.pop()
+                self.kept -= c
+                if self._payload is not None:
+                    self._payload -= self._isize(gone) + value_size(c)
 
     def delete(self, item: Any, key: KeyFn) -> None:
         """Count one less ``item`` (kept or unseen)."""
@@ -93,11 +105,15 @@ class Candidates:
         k = key(item)
         i = bisect_left(items, k, key=key)
         self.total -= 1
-        self._bytes = None
         if i < len(items) and key(items[i]) == k:
             self.kept -= 1
-            counts[i] -= 1
-            if counts[i] == 0:
+            c = counts[i]
+            counts[i] = c - 1
+            if c > _SMALL_INT and self._payload is not None:
+                self._payload += value_size(c - 1) - value_size(c)
+            if c == 1:
+                if self._payload is not None:
+                    self._payload -= self._isize(items[i])
                 del items[i]
                 del counts[i]
 
@@ -113,11 +129,11 @@ class Candidates:
     def size(self, item_size: Callable[[Any], int] = value_size) -> int:
         """Approximate bytes held (lists, items and counts). One instance is always
         sized with the same ``item_size`` (MIN/MAX values, or top-k rows)."""
-        if self._bytes is None:
-            self._bytes = (64 + list_size(self.items) + list_size(self.counts)
-                           + sum([item_size(x) for x in self.items])
-                           + sum([value_size(c) for c in self.counts]))
-        return self._bytes
+        if self._payload is None:
+            self._isize = item_size
+            self._payload = (sum([item_size(x) for x in self.items])
+                             + sum([value_size(c) for c in self.counts]))
+        return 64 + list_size(self.items) + list_size(self.counts) + self._payload
 
     def __eq__(self, other: object) -> bool:
         return (isinstance(other, Candidates) and self.items == other.items

@@ -30,9 +30,15 @@ class Distinct(GroupedOperator):
     def input_group(self, parent: int, row: Row) -> Row:
         return row
 
+    def split(self, parent: int, deltas: list[Delta]) -> dict[Row, list[Delta]]:
+        return by_group(deltas, _identity)
+
     def on_input(self, parent: int, deltas: list[Delta], state: StateView) -> Output:
+        return self.on_groups(parent, by_group(deltas, _identity), state)
+
+    def on_groups(self, parent: int, groups: dict[Row, list[Delta]], state: StateView) -> Output:
         out = Output()
-        for row, batch in by_group(deltas, _identity).items():
+        for row, batch in groups.items():
             before = state.own(row) or 0
             after = before + sum(sign for _, sign in batch)
             out.writes[row] = after if after > 0 else None

@@ -81,7 +81,9 @@ class Join(Operator):
     def _from_left(self, deltas: list[Delta], state: StateView, out: Output) -> None:
         key_of, nulls = self._left_key_of, self._nulls
         outer = self.join_kind == "left"
-        lookups = _Lookups(state, 1)
+        # One index lookup per key per batch (the index doesn't change within a batch).
+        seen: dict[Row, list[Row] | None] = {}
+        lookup = state.lookup
         emit = out.deltas.append
         for delta in deltas:
             row, sign = delta
@@ -90,9 +92,13 @@ class Join(Operator):
                 if outer:
                     emit((row + nulls, sign))
                 continue
-            matches = lookups.get(key)
+            matches = seen.get(key, _UNSEEN)
+            if matches is _UNSEEN:
+                matches = seen[key] = lookup(1, key)
             if matches is None:
                 out.misses.append(Miss(1, key, delta))
+            elif len(matches) == 1:  # the common case: a key index, one row
+                emit((row + matches[0], sign))
             elif matches:
                 out.deltas.extend([(row + r, sign) for r in matches])
             elif outer:
@@ -100,15 +106,21 @@ class Join(Operator):
 
     def _from_right_inner(self, deltas: list[Delta], state: StateView, out: Output) -> None:
         key_of = self._right_key_of
-        lookups = _Lookups(state, 0)
+        seen: dict[Row, list[Row] | None] = {}
+        lookup = state.lookup
+        emit = out.deltas.append
         for delta in deltas:
             row, sign = delta
             key = key_of(row)
             if None in key:
                 continue
-            matches = lookups.get(key)
+            matches = seen.get(key, _UNSEEN)
+            if matches is _UNSEEN:
+                matches = seen[key] = lookup(0, key)
             if matches is None:
                 out.misses.append(Miss(0, key, delta))
+            elif len(matches) == 1:
+                emit((matches[0] + row, sign))
             elif matches:
                 out.deltas.extend([(left + row, sign) for left in matches])
 
@@ -150,6 +162,10 @@ class Join(Operator):
         on = ", ".join(f"{names[a]} = {names[self.left_width + b]}"
                        for a, b in zip(self.left_key, self.right_key, strict=True))
         return f"{self.symbol}[{on}]"
+
+
+# A lookup not made yet (None means a hole).
+_UNSEEN: Any = object()
 
 
 class _Lookups:

@@ -6,6 +6,7 @@ from collections.abc import Hashable
 
 from partialflow.operators.base import Delta, Operator, Output, StateView
 from partialflow.operators.expressions import CompiledExpr
+from partialflow.operators.grouped import column_getter
 
 
 class Project(Operator):
@@ -23,6 +24,7 @@ class Project(Operator):
         picks = [e.column for e in self.exprs]
         self._picks: tuple[int, ...] | None = (
             tuple(picks) if all(p is not None for p in picks) else None)  # type: ignore[arg-type]
+        self._pick = column_getter(self._picks or ())
 
     def resolve(self, col: int) -> list[tuple[int, int]]:
         source = self.exprs[col].column
@@ -30,8 +32,8 @@ class Project(Operator):
 
     def on_input(self, parent: int, deltas: list[Delta], state: StateView) -> Output:
         if self._picks is not None:
-            picks = self._picks
-            return Output([(tuple([row[i] for i in picks]), sign) for row, sign in deltas])
+            pick = self._pick
+            return Output([(pick(row), sign) for row, sign in deltas])
         fns = self._fns
         return Output([(tuple([f(row) for f in fns]), sign) for row, sign in deltas])
 

@@ -51,10 +51,16 @@ class TopK(GroupedOperator):
     def input_group(self, parent: int, row: Row) -> Row:
         return self._group_of(row)
 
+    def split(self, parent: int, deltas: list[Delta]) -> dict[Row, list[Delta]]:
+        return by_group(deltas, self._group_of)
+
     def on_input(self, parent: int, deltas: list[Delta], state: StateView) -> Output:
+        return self.on_groups(parent, by_group(deltas, self._group_of), state)
+
+    def on_groups(self, parent: int, groups: dict[Row, list[Delta]], state: StateView) -> Output:
         out = Output()
         key, k, cap = self.sort_key, self.k, self.candidates
-        for group, batch in by_group(deltas, self._group_of).items():
+        for group, batch in groups.items():
             old = state.own(group)
             cand = old.copy() if old is not None else Candidates()
             before = cand.best(k)

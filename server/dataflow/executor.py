@@ -5,7 +5,7 @@ misses to fill, evictions and graph changes — are processed strictly one at a 
 every state changes at well-defined LSN boundaries. The ordering rules (DESIGN.md,
 "Ordering"), and where they live:
 
-* an update that meets a **hole** is dropped there (``_apply_rows``, ``_process``);
+* an update that meets a **hole** is dropped there (``_apply_batch``, ``_process``);
 * a join update whose lookup misses an evict-on-miss index is held by an *index fill* of
   that key, and the downstream keys it reaches wait for it (``_process``, ``gating.py``);
 * an update that meets a **pending** key with LSN > the fill's snapshot V is held by the
@@ -51,6 +51,7 @@ from partialflow.server.dataflow.fill import (
     capture,
 )
 from partialflow.server.dataflow.fills import FillCoordinator
+from partialflow.server.dataflow.gcpause import collection_deferred
 from partialflow.server.dataflow.graph import Graph, Node
 from partialflow.server.dataflow.packets import Call, FillDone, Miss, Packet, Stop, Tick, Write
 from partialflow.server.dataflow.publish import Publisher
@@ -232,16 +233,18 @@ class Executor:
     def _run(self, packet: Packet, expire: bool = False) -> None:
         with self.lock:
             t0 = time.perf_counter_ns()
-            try:
-                self._handle(packet)
-                # Deadlines must bite under steady writes too, not only when idle. Before
-                # after_packet: misses waiting for a fill slot go out in this packet.
-                if expire or self.clock() - self._last_expiry > EXPIRY_EVERY:
-                    self._last_expiry = self.clock()
-                    self.fills.expire()
-                self.after_packet()
-            except Exception:  # never let one packet kill the executor
-                log.exception("executor packet %s failed", type(packet).__name__)
+            with collection_deferred():  # gcpause.py: no collections inside a packet
+                try:
+                    self._handle(packet)
+                    # Deadlines must bite under steady writes too, not only when idle.
+                    # Before after_packet: misses waiting for a fill slot go out in this
+                    # packet.
+                    if expire or self.clock() - self._last_expiry > EXPIRY_EVERY:
+                        self._last_expiry = self.clock()
+                        self.fills.expire()
+                    self.after_packet()
+                except Exception:  # never let one packet kill the executor
+                    log.exception("executor packet %s failed", type(packet).__name__)
             self.stats.count("busy_ns", time.perf_counter_ns() - t0)
             self.lsn_changed.notify_all()
 
@@ -329,10 +332,9 @@ class Executor:
             if before is not None:
                 before(lsn)
             items = list(group)
-            if kind == "rows":
-                for h in items:
-                    assert isinstance(h, HeldRows)
-                    self._apply_rows(h.state, h.delta, lsn)
+            if kind == "rows":  # one batch key: one state
+                assert isinstance(items[0], HeldRows)
+                self._apply_batch(items[0].state, [h.delta for h in items], lsn)
                 continue
             first = items[0]
             assert isinstance(first, (HeldNode, HeldJoin))
@@ -398,33 +400,35 @@ class Executor:
     def _process(self, node: Node, pidx: int, deltas: list[Delta], lsn: int) -> list[Delta]:
         if node.view is not None:
             assert node.own is not None
-            for d in deltas:
-                self._apply_rows(node.own, d, lsn)
+            self._apply_batch(node.own, deltas, lsn)
             return []
         op = node.op
         assert op is not None
         st = node.own
         if st is not None:  # a grouped operator: only groups whose key is filled go in
-            passed = []
+            # Split once; every delta of a group shares its fill key, so one check per
+            # group decides for all of them (each group's deltas keep their order).
+            groups = op.split(pidx, deltas)  # type: ignore[attr-defined]
             scope = self._scope
             if scope is None and not st.partial_cols and st.is_filled(()):
-                passed = deltas  # one fill key, filled: every group goes in
-                deltas = []
-            for d in deltas:
-                fk = st.fill_key_of_index(op.input_group(pidx, d[0]))  # type: ignore[attr-defined]
-                if st.is_filled(fk):
-                    if scope is None or lsn > scope.get((st, fk), lsn):
-                        passed.append(d)
-                else:
-                    fill = st.pending_fill(fk)
-                    if fill is not None and lsn > fill.lsn:
-                        fill.hold(HeldNode(lsn, fk, node, pidx, d))
+                passed = groups  # one fill key, filled: every group goes in
+            else:
+                passed = {}
+                fk_of = st.fill_key_of_index
+                for group, batch in groups.items():
+                    fk = fk_of(group)
+                    if st.is_filled(fk):
+                        if scope is None or lsn > scope.get((st, fk), lsn):
+                            passed[group] = batch
+                    else:
+                        fill = st.pending_fill(fk)
+                        if fill is not None and lsn > fill.lsn:
+                            for d in batch:
+                                fill.hold(HeldNode(lsn, fk, node, pidx, d))
             if not passed:
                 return []
-            out = op.on_input(pidx, passed, StateAccess(node))
-            for group, entry in out.writes.items():
-                fk = st.fill_key_of_index(group)
-                st.set_entry(fk, group, entry, op.entry_size(entry) if entry is not None else 0)  # type: ignore[attr-defined]
+            out = op.on_groups(pidx, passed, StateAccess(node))  # type: ignore[attr-defined]
+            for fk in st.set_entries(out.writes, op.entry_size):  # type: ignore[attr-defined]
                 self._changed[(st, fk)] = None
             for group in out.exhausted:
                 self.stats.count("exhausted")
@@ -472,22 +476,36 @@ class Executor:
                 self.fills.want(side, fk, None)
         own_side = node.sides.get(pidx)
         if own_side is not None:
-            for d in deltas:
-                self._apply_rows(own_side, d, lsn)
+            self._apply_batch(own_side, deltas, lsn)
         return out.deltas
 
-    def _apply_rows(self, st: State, d: Delta, lsn: int) -> None:
-        row, sign = d
-        fk = st.fill_key_of_row(row)
-        bucket = st.bucket(fk)
-        if bucket is not None:
-            if self._scope is None or lsn > self._scope.get((st, fk), lsn):
-                st.apply_row(bucket, fk, row, sign)
-                self._changed[(st, fk)] = None
-            return
-        fill = st.pending_fill(fk)
-        if fill is not None and lsn > fill.lsn:
-            fill.hold(HeldRows(lsn, fk, st, d))
+    def _apply_batch(self, st: State, deltas: list[Delta], lsn: int) -> None:
+        """Apply a rows state's deltas: to a filled key's bucket, held by a pending key's
+        fill (LSN > its snapshot), dropped at a hole. By fill key: one check and one size
+        update per key; keys have separate buckets and each key's deltas keep their order."""
+        if st.holds_nothing():
+            return  # every key is a hole: each delta would be dropped there
+        fk_of = st.fill_key_of_row
+        by_fk: dict[Row, list[Delta]] = {}
+        for d in deltas:
+            fk = fk_of(d[0])
+            batch = by_fk.get(fk)
+            if batch is None:
+                by_fk[fk] = [d]
+            else:
+                batch.append(d)
+        scope, changed = self._scope, self._changed
+        for fk, batch in by_fk.items():
+            bucket = st.bucket(fk)
+            if bucket is not None:
+                if scope is None or lsn > scope.get((st, fk), lsn):
+                    st.apply_rows(bucket, fk, batch)
+                    changed[(st, fk)] = None
+                continue
+            fill = st.pending_fill(fk)
+            if fill is not None and lsn > fill.lsn:
+                for d in batch:
+                    fill.hold(HeldRows(lsn, fk, st, d))
 
     # -- views coming and going (on the executor thread) -------------------------------
     def register_states(self, states: list[State]) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Literal
 
 from partialflow.operators.base import Row
@@ -273,6 +274,34 @@ class State:
                 del bucket[ik]
         self._sizes[fk] = self._sizes.get(fk, BUCKET_OVERHEAD) + (size if sign > 0 else -size)
 
+    def apply_rows(self, bucket: Bucket, fk: Row, deltas: list[tuple[Row, int]]) -> None:
+        """``apply_row`` of each delta in order (all of fill key ``fk``), with the size
+        total updated once."""
+        ik_of, dirty = self.index_key_of_row, self._dirty_ik
+        grown = 0
+        for row, sign in deltas:
+            row = canonical_row(row)
+            ik = ik_of(row)
+            if dirty is not None:
+                dirty.add(ik)
+            bag = bucket.get(ik)
+            if bag is None:
+                bag = bucket[ik] = {}
+            n = bag.get(row, 0) + sign
+            if n != 0:
+                if n < 0:  # see apply_row
+                    self.anomalies += 1
+                    _log.warning("state %s: count of row %r fell below zero (fill key %r)",
+                                 self.label, row, fk)
+                bag[row] = n
+            else:
+                del bag[row]
+                if not bag:
+                    del bucket[ik]
+            size = row_size(row)
+            grown += size if sign > 0 else -size
+        self._sizes[fk] = self._sizes.get(fk, BUCKET_OVERHEAD) + grown
+
     def rows_at(self, ik: Row) -> list[Row] | None:
         """The bag of rows at index key ``ik``, or None when its fill key is a hole or
         pending (lookups can't use data that isn't there yet)."""
@@ -309,6 +338,31 @@ class State:
                 return
             delta = -(self._entry_size(old) + row_size(group))
         self._sizes[fk] = self._sizes.get(fk, BUCKET_OVERHEAD) + delta
+
+    def set_entries(self, writes: dict[Row, Any], size_of: Callable[[Any], int]) -> list[Row]:
+        """``set_entry`` of each group (``size_of`` gives an entry's size), the size total
+        updated once per fill key; returns the fill keys touched, in order of first touch."""
+        fk_of, buckets, dirty = self.fill_key_of_index, self._buckets, self._dirty_ik
+        entry_size = self._entry_size
+        grown: dict[Row, int] = {}
+        for group, entry in writes.items():
+            fk = fk_of(group)
+            bucket = buckets[fk]
+            if dirty is not None:
+                dirty.add(group)
+            if entry is not None:
+                old = bucket.get(group)
+                bucket[group] = entry
+                size = size_of(entry)
+                delta = size - entry_size(old) if old is not None else size + row_size(group)
+            else:
+                old = bucket.pop(group, None)
+                delta = 0 if old is None else -(entry_size(old) + row_size(group))
+            grown[fk] = grown.get(fk, 0) + delta
+        sizes = self._sizes
+        for fk, delta in grown.items():
+            sizes[fk] = sizes.get(fk, BUCKET_OVERHEAD) + delta
+        return list(grown)
 
     def entry(self, group: Row) -> Any | None:
         """A group's entry, or None when the group is absent or its key not filled."""
@@ -354,10 +408,7 @@ def _getter(cols: tuple[int, ...]) -> Callable[[Row], Row]:
     if len(cols) == 1:
         c = cols[0]
         return lambda row: (row[c],)
-    if len(cols) == 2:
-        a, b = cols
-        return lambda row: (row[a], row[b])
-    return lambda row: tuple([row[c] for c in cols])
+    return itemgetter(*cols)  # a tuple for two or more columns, built in C
 
 
 class StateAccess:
