@@ -32,7 +32,12 @@ from partialflow.proto.values import (
     decode_values,
     fill_batch,
 )
-from partialflow.server.app.answers import compact_message, lookup_message, stats_message
+from partialflow.server.app.answers import (
+    compact_message,
+    lookup_message,
+    stats_message,
+    subscribe_event,
+)
 from partialflow.server.engine import Engine, ResultSet
 from partialflow.server.errors import InvalidArgument, PartialflowError
 
@@ -45,6 +50,9 @@ SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Partialflow"].full_name
 # up to 3 bytes per UTF-8 byte.
 MAX_DETAILS_BYTES = 2000
 
+
+# Seconds between heartbeats of a Subscribe stream when nothing changes.
+HEARTBEAT_EVERY = 1.0
 
 # The largest payload a Ping answers with (a benchmark's largest answers are a few MiB).
 MAX_PING_REPLY = 64 * 1024 * 1024
@@ -336,6 +344,31 @@ class PartialflowServicer(pb_grpc.PartialflowServicer):
                 lsn=event.lsn,
                 rows=event.rows,
             )
+
+    @_rpc_stream
+    def Subscribe(self, request: pb.SubscribeRequest, context: grpc.ServicerContext) -> Any:
+        from_lsn = check_lsn(request.from_lsn, "from_lsn") if request.HasField("from_lsn") else None
+        keys = take_keys(request)  # type: ignore[arg-type]  # same key fields as a Lookup
+        sub = self.engine.subscribe(request.view, keys, from_lsn=from_lsn,
+                                    max_buffered=request.max_buffered or None)
+        context.add_callback(sub.close)  # the client went away: stop waiting at once
+        columns = list(sub.reader.plan.columns)
+        first = True
+        try:
+            while context.is_active() and not sub.closed:
+                try:
+                    event = sub.next_event(HEARTBEAT_EVERY)
+                except PartialflowError as err:
+                    resume = getattr(err, "resume_lsn", None)
+                    if resume:
+                        context.set_trailing_metadata((("resume-lsn", str(resume)),))
+                    raise
+                if event is None:
+                    continue
+                yield subscribe_event(event, columns if first else None)
+                first = first and event.kind == "heartbeat"
+        finally:
+            self.engine.unsubscribe(sub)
 
     @_rpc
     def Ping(self, request: pb.PingRequest, context: grpc.ServicerContext) -> pb.PingResponse:
