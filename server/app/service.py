@@ -139,7 +139,7 @@ def take_rows(
     return decoded
 
 
-def take_keys(request: pb.LookupRequest) -> list[tuple]:
+def take_keys(request: pb.LookupRequest | pb.SubscribeRequest) -> list[tuple]:
     """The keys of a lookup, from its Key messages then its key batch; a malformed message
     raises WireError naming ``keys[i]`` or ``key_batch.columns[j]``."""
     keys = decode_rows(request.keys, "keys")
@@ -348,7 +348,7 @@ class PartialflowServicer(pb_grpc.PartialflowServicer):
     @_rpc_stream
     def Subscribe(self, request: pb.SubscribeRequest, context: grpc.ServicerContext) -> Any:
         from_lsn = check_lsn(request.from_lsn, "from_lsn") if request.HasField("from_lsn") else None
-        keys = take_keys(request)  # type: ignore[arg-type]  # same key fields as a Lookup
+        keys = take_keys(request)  # same key fields as a Lookup
         sub = self.engine.subscribe(request.view, keys, from_lsn=from_lsn,
                                     max_buffered=request.max_buffered or None)
         context.add_callback(sub.close)  # the client went away: stop waiting at once

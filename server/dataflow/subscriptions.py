@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -81,7 +81,9 @@ class Subscription:
         self.max_buffered = max_buffered
         # Rows last sent per key (``start``: the rows at from_lsn the client holds).
         self.resumed = start is not None
-        self.sent: dict[Row, Bag] = {k: Counter(start.get(k, []) if start else []) for k in self.keys}
+        self.sent: dict[Row, Bag] = {
+            k: Counter(start.get(k, []) if start else []) for k in self.keys
+        }
         self.started = False  # snapshot (or the resume's first batch) queued
         self.unready: set[Row] = set()  # keys not readable at the last packet end
         self.dirty: set[Row] = set()  # keys changed since their last batch
@@ -333,7 +335,9 @@ class SubscriptionManager:
                     return
             sub.started = True
             if not sub.resumed:
-                snap = [(k, present(plan, st.bucket_rows(k)), []) for k in sub.keys]
+                snap: list[KeyChange] = [
+                    (k, present(plan, st.bucket_rows(k)), []) for k in sub.keys
+                ]
                 for k, rows, _ in snap:
                     sub.sent[k] = Counter(rows)
                 sub.dirty.clear()
