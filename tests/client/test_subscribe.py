@@ -125,10 +125,20 @@ def test_changes_equal_spark_under_writes_evictions_and_join_misses(server, uniq
         consume(sub_mx, r_mx, 0)
         consume(sub_tot, r_tot, 0)
 
+        # Tall visits deleted from the top: MAX's candidates (8) run out, the group
+        # becomes a hole and is refilled; the subscriber sees one correction.
+        tall = [("Carrot", f"T{i}", 200 + i) for i in range(12)]
+        c.insert(visit, tall)
+        for _ in range(9):
+            lsn = c.delete(visit, [tall.pop()])
+        consume(sub_mx, r_mx, lsn)
+        assert r_mx.rows[("Vegetable",)] == Counter({("Vegetable", 202): 1})
+        assert c.stats()["exhausted"] > 0
+
         stop = threading.Event()
         last = [0]
         visits: list[tuple] = [("Apple", "Alice", 10), ("Apple", "Bob", 20),
-                               ("Carrot", "Bob", 50)]
+                               ("Carrot", "Bob", 50), *tall]
 
         def writer() -> None:
             n = 0
@@ -168,6 +178,7 @@ def test_changes_equal_spark_under_writes_evictions_and_join_misses(server, uniq
         assert len(r_mx.at) > 3 and len(r_tot.at) > 3
         stats = c.stats()
         assert stats["views"][mx]["evictions"] > 0
+        assert stats["index_fills"] > 0
         n = check_against_spark(
             c, r_mx, f"SELECT category, category, MAX(length) FROM {info} JOIN {visit} "
             f"ON {info}.product = {visit}.product WHERE category IN ('Fruit', 'Vegetable', "
