@@ -95,7 +95,6 @@ class Subscription:
         self.ready = False
         self.error: PartialflowError | None = None  # set: the stream ends with it
         self.closed = False
-        self.waiter: Waiter | None = None  # the refills asked for (their errors end the stream)
 
     # -- streaming thread ----------------------------------------------------------------
     def next_event(self, timeout: float) -> Event | None:
@@ -150,6 +149,8 @@ class SubscriptionManager:
         self.subs: dict[int, Subscription] = {}  # id -> subscription
         self.by_key: dict[tuple[State, Row], list[Subscription]] = {}
         self.waiting: set[tuple[State, Row]] = set()  # subscribed keys not readable
+        # The last refill asked per subscribed key (a read's waiter: it carries the error).
+        self.refills: dict[tuple[State, Row], Waiter] = {}
         self.starting: set[Subscription] = set()
         self._dropped: list[Subscription] = []
         self.packet_lsn = 0  # the LSN of the last packet end (under the lock)
@@ -196,6 +197,7 @@ class SubscriptionManager:
             if not subs:
                 del self.by_key[(st, k)]
                 self.waiting.discard((st, k))
+                self.refills.pop((st, k), None)
                 self._pin(st, k, -1)
         self.starting.discard(sub)
 
@@ -275,6 +277,7 @@ class SubscriptionManager:
                     sub.dirty.add(key[1])
                     touched.add(sub)
         asked = False
+        failed: list[tuple[tuple[State, Row], Exception]] = []
         for key in list(waiting):
             st, fk = key
             subs = self.by_key.get(key)
@@ -283,16 +286,30 @@ class SubscriptionManager:
                 continue
             if st.is_filled(fk):
                 waiting.discard(key)
+                self.refills.pop(key, None)
                 for sub in subs:
                     sub.unready.discard(fk)
                     touched.add(sub)
                 continue
             for sub in subs:
                 sub.unready.add(fk)
-            if st.lookup(fk) == "hole" and fk not in self.ex.fills.wanted.get(st, {}):
-                asked = True
-                self.ex.fills.want(st, fk, self._waiter_for(subs[0], fk))
+            if st.lookup(fk) != "hole" or fk in self.ex.fills.wanted.get(st, {}):
+                continue  # pending on a fill, or blocked: it comes back filled
+            w = self.refills.get(key)
+            if w is not None and w.error is not None:
+                # The refill's upquery failed: end the streams (they resume from their
+                # last cut) rather than retry at every packet end and hammer Spark.
+                failed.append((key, w.error))
+                continue
+            w = self.refills[key] = Waiter({fk})
+            asked = True
+            self.ex.fills.want(st, fk, w)
         with self.lock:
+            for key, error in failed:
+                self.refills.pop(key, None)
+                for sub in self.by_key.get(key, ()):
+                    sub._end(Unavailable(f"refilling subscribed key {key[1]!r} failed: {error}"),
+                             sub.cut_lsn())
             for sub in touched:
                 if sub.error is None:
                     self._flush(sub, lsn)
@@ -301,20 +318,9 @@ class SubscriptionManager:
         if asked:  # issue the refills soon, not at the next write
             self.ex.wake_at(self.ex.clock())
 
-    def _waiter_for(self, sub: Subscription, fk: Row) -> Waiter:
-        """A waiter whose failure (the refill's upquery failed) ends the subscriptions
-        of that key: retrying at every packet end would hammer Spark."""
-        w = Waiter({fk})
-        sub.waiter = w
-        return w
-
     def _flush(self, sub: Subscription, lsn: int) -> None:
         """Queue ``sub``'s snapshot or its dirty keys' differences at ``lsn`` (caller
         holds the lock), if every key of it is readable."""
-        w = sub.waiter
-        if w is not None and w.error is not None:
-            sub._end(Unavailable(f"refilling a subscribed key failed: {w.error}"), sub.cut_lsn())
-            return
         if sub.unready:
             if sub.ready:  # it was exact at the previous packet end: keep that as its cut
                 sub.exact_lsn = sub.cut_lsn()

@@ -23,6 +23,7 @@ from partialflow.client import (
     OutOfRange,
     ResourceExhausted,
     Snapshot,
+    Unavailable,
 )
 from partialflow.client.cli import main as cli_main
 from partialflow.server.verifier import same_rows
@@ -327,6 +328,17 @@ def test_pinned_keys_and_the_memory_limit(spark, tmp_path):
         rebuilt.apply(Snapshot({(k,): [(k, k)] for k in (1, 2, 3)}, 0))
         consume(sub, rebuilt, lsn)
         assert rebuilt.rows[(2,)] == Counter({(2, 7): 1})
+        # A refill that fails (Spark down) ends the stream with UNAVAILABLE and the LSN to
+        # resume from, instead of retrying at every packet.
+        faults = srv.engine.dataflow.runner.faults
+        faults.mode = "fail"
+        try:
+            c.evict("ms", 2)
+            with pytest.raises(Unavailable, match="refilling subscribed key") as err:
+                consume(sub, rebuilt, lsn + 1_000)
+            assert err.value.resume_lsn == rebuilt.lsn >= lsn
+        finally:
+            faults.mode = ""
         sub.close()
         assert wait_unsubscribed(c)
         assert not srv.engine.dataflow.executor.evictor.pins
