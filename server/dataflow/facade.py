@@ -170,8 +170,11 @@ class Dataflow:
         return restored
 
     def close(self) -> None:
-        if self.executor.threaded:
-            self.executor.call(self.subscriptions.close).result(10)
+        if self.executor.threaded:  # open streams end with UNAVAILABLE and their resume LSN
+            try:
+                self.executor.call(self.subscriptions.close).result(10)
+            except Exception as e:  # a stuck executor must not keep the server from closing
+                log.warning("subscriptions not closed: %s", e or type(e).__name__)
         cp = self.executor.checkpointer
         if cp is not None:
             if cp.enabled and self.executor.threaded:

@@ -807,7 +807,10 @@ class Driver:
             return self.spend("evict-key") if not self._new_key(msg.view, msg.key) else True
         if method == "Subscribe" and msg.HasField("from_lsn"):
             return self.spend("spark-query")  # the rows as of from_lsn come from Spark
-        if method in ("Lookup", "Subscribe"):
+        if method == "Subscribe":
+            new = [k for k in msg.keys if self._new_key(msg.view, k)]
+            return self.spend("new-key") if new else True
+        if method == "Lookup":
             new = [k for k in msg.keys if self._new_key(msg.view, k)]
             if new and not (msg.HasField("min_lsn") and not 0 <= msg.min_lsn <= MODEL.last_lsn):
                 return self.spend("new-key")
