@@ -876,7 +876,8 @@ class Driver:
                 ref_keys(msg)
             except Malformed:
                 expect_invalid = True
-        timeout = {"Lookup": 5.0, "Subscribe": 10.0, "Write": 60.0, "Load": 120.0, "Compact": 120.0}.get(method, 60.0)
+        timeout = {"Lookup": 5.0, "Subscribe": 10.0, "Write": 60.0, "Load": 120.0,
+                   "Compact": 120.0}.get(method, 60.0)
         self.sent[method] += 1
         t0 = time.monotonic()
         code, answer = self.call(method, payload, timeout)
