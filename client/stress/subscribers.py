@@ -103,6 +103,8 @@ def run_subscriber(client: Any, prefix: str, index: int, spec: wl.ViewSpec, jour
             state.end_batch()
         except PartialflowError as err:
             state.end_batch()
+            if stop.is_set():  # the load is over and its channel closed under it
+                break
             journal.add(failure=Failure(
                 "subscription", type(err).__name__, str(err).splitlines()[0] if str(err) else "",
                 start, journal.now(), spec.name))
