@@ -303,6 +303,14 @@ def test_bad_input_is_refused_naming_the_problem(server, uniq):
                 next(c.subscribe(view, keys, from_lsn=from_lsn))
             assert text in str(err.value), (view, keys, str(err.value))
         assert wait_unsubscribed(c)
+        # Dropping a view ends its subscriptions (UNAVAILABLE, with the LSN to resume from).
+        sub = c.subscribe(v, [(1, "a")])
+        assert next(sub).rows == {(1, "a"): [(1, "a")]}
+        c.execute(f"DROP VIEW {v}")
+        with pytest.raises(Unavailable, match="was dropped") as err:
+            list(sub)
+        assert err.value.resume_lsn >= lsn
+        assert wait_unsubscribed(c)
 
 
 def test_pinned_keys_and_the_memory_limit(spark, tmp_path):
