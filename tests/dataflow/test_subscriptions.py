@@ -106,10 +106,12 @@ def _write(h: Harness, rng: random.Random) -> None:
             m.write("s", inserts=[(rng.randrange(3), rng.randrange(5), rng.randrange(20))])
 
 
-@pytest.mark.parametrize("seed", range(20))
-def test_subscribers_hold_the_views_answer_at_every_lsn_they_are_told(seed: int) -> None:
+@pytest.mark.parametrize("memory_limit", [None, 20_000], ids=["no-limit", "20KB"])
+@pytest.mark.parametrize("seed", range(12))
+def test_subscribers_hold_the_views_answer_at_every_lsn_they_are_told(
+        seed: int, memory_limit: int | None) -> None:
     rng = random.Random(seed)
-    h = Harness(upquery_timeout=60.0)
+    h = Harness(upquery_timeout=60.0, memory_limit=memory_limit)
     try:
         _setup(h, rng)
         keys = {"maxlen": [(c,) for c in CATS], "total": [(k,) for k in range(5)],
@@ -122,6 +124,8 @@ def test_subscribers_hold_the_views_answer_at_every_lsn_they_are_told(seed: int)
             elif step < 0.55:
                 view = rng.choice(list(keys))
                 h.df.evict(view, rng.choice(keys[view]))
+            elif step < 0.6:  # reads of keys nobody subscribed to: memory pressure
+                h.begin("total", [(k,) for k in rng.sample(range(5, 60), 8)])
             elif step < 0.8 and h.runner.pending:
                 h.runner.deliver(rng.randrange(len(h.runner.pending)))
             else:
@@ -136,6 +140,12 @@ def test_subscribers_hold_the_views_answer_at_every_lsn_they_are_told(seed: int)
             assert hd.events > 1
         stats = h.df.stats()
         assert stats["subscriptions"] == 3 and stats["subscribed_keys"] == 11
+        if memory_limit is not None:  # evictions for memory happened, never of a pinned key
+            assert stats.get("memory_evictions", 0) > 0
+            pinned = h.ex.evictor.pins
+            for hd in holders:
+                st = h.df._reader(hd.view).state
+                assert all((st.sid, k) in pinned for k in hd.sub.keys)
         assert not h.errors, h.errors
     finally:
         h.close()
