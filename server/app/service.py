@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlparse
@@ -39,7 +40,7 @@ from partialflow.server.app.answers import (
     subscribe_event,
 )
 from partialflow.server.engine import Engine, ResultSet
-from partialflow.server.errors import InvalidArgument, PartialflowError
+from partialflow.server.errors import InvalidArgument, PartialflowError, ResourceExhausted
 
 log = logging.getLogger(__name__)
 
@@ -250,8 +251,11 @@ def result_set(result: ResultSet, columnar: bool = False) -> pb.ResultSet:
 class PartialflowServicer(pb_grpc.PartialflowServicer):
     """Implements ``partialflow.v1.Partialflow`` on top of an ``Engine``."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, max_streams: int | None = None) -> None:
         self.engine = engine
+        self.max_streams = max_streams  # open Subscribe streams allowed at once
+        self._streams = 0
+        self._streams_lock = threading.Lock()
 
     @_rpc
     def Execute(self, request: pb.ExecuteRequest, context: grpc.ServicerContext) -> pb.ResultSet:
@@ -349,8 +353,19 @@ class PartialflowServicer(pb_grpc.PartialflowServicer):
     def Subscribe(self, request: pb.SubscribeRequest, context: grpc.ServicerContext) -> Any:
         from_lsn = check_lsn(request.from_lsn, "from_lsn") if request.HasField("from_lsn") else None
         keys = take_keys(request)  # same key fields as a Lookup
-        sub = self.engine.subscribe(request.view, keys, from_lsn=from_lsn,
-                                    max_buffered=request.max_buffered or None)
+        with self._streams_lock:
+            if self.max_streams is not None and self._streams >= self.max_streams:
+                raise ResourceExhausted(
+                    f"too many open subscriptions ({self._streams}; each holds one of the "
+                    "server's handler threads, see --workers): subscribe to more keys per stream")
+            self._streams += 1
+        try:
+            sub = self.engine.subscribe(request.view, keys, from_lsn=from_lsn,
+                                        max_buffered=request.max_buffered or None)
+        except BaseException:
+            with self._streams_lock:
+                self._streams -= 1
+            raise
         context.add_callback(sub.close)  # the client went away: stop waiting at once
         columns = list(sub.reader.plan.columns)
         first = True
@@ -368,6 +383,8 @@ class PartialflowServicer(pb_grpc.PartialflowServicer):
                 yield subscribe_event(event, columns if first else None)
                 first = first and event.kind == "heartbeat"
         finally:
+            with self._streams_lock:
+                self._streams -= 1
             self.engine.unsubscribe(sub)
 
     @_rpc

@@ -314,7 +314,7 @@ def test_bad_input_is_refused_naming_the_problem(server, uniq):
 
 
 def test_pinned_keys_and_the_memory_limit(spark, tmp_path):
-    with InProcessServer(tmp_path / "data", spark, memory_limit=40_000) as srv, \
+    with InProcessServer(tmp_path / "data", spark, memory_limit=40_000, workers=4) as srv, \
             srv.client(timeout=120) as c:
         c.execute("CREATE TABLE m (k BIGINT, x BIGINT)")
         c.insert("m", [(k, k) for k in range(400)])
@@ -350,6 +350,16 @@ def test_pinned_keys_and_the_memory_limit(spark, tmp_path):
         sub.close()
         assert wait_unsubscribed(c)
         assert not srv.engine.dataflow.executor.evictor.pins
+        # Streams hold handler threads: at most half of --workers (4) are open at once.
+        open_subs = [c.subscribe("ms", [k]) for k in (1, 2)]
+        for s in open_subs:
+            next(s)
+        with pytest.raises(ResourceExhausted, match="too many open subscriptions"):
+            next(c.subscribe("ms", [3]))
+        for s in open_subs:
+            s.close()
+        assert wait_unsubscribed(c)
+        assert next(c.subscribe("ms", [3])).rows == {(3,): [(3, 3)]}
 
 
 def test_watch_prints_changes(server, uniq, capsys):
