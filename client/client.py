@@ -120,9 +120,9 @@ class Subscription:
     block, or dropping the iterator) cancels the stream. ``lsn`` is the last LSN at which
     every key's rows as rebuilt from the events are exact: the one to resume from."""
 
-    def __init__(self, stream: Any) -> None:
+    def __init__(self, stream: Any, from_lsn: int | None = None) -> None:
         self._stream = stream
-        self.lsn = 0
+        self.lsn = from_lsn or 0  # a resumed stream's rows are exact at from_lsn until told more
         self.columns: list[str] = []
 
     def __iter__(self) -> Subscription:
@@ -578,7 +578,7 @@ class Client:
         if len(key_list) <= 1 or not key_list[0] or not fill_batch(request.key_batch, key_list):
             for key in key_list:
                 fill_key(request.keys.add(), key)
-        return Subscription(self._stub.Subscribe(request, metadata=self._metadata))
+        return Subscription(self._stub.Subscribe(request, metadata=self._metadata), from_lsn)
 
     def ping(self, payload: bytes = b"", reply_bytes: int = 0) -> None:
         """A no-op round trip (measures the transport alone). ``payload`` is sent and
