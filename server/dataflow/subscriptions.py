@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING
 from partialflow.operators.base import Row
 from partialflow.server.dataflow.fill import Waiter
 from partialflow.server.dataflow.reads import present
+from partialflow.server.dataflow.state import BUCKET_OVERHEAD
 from partialflow.server.errors import PartialflowError, ResourceExhausted, Unavailable
 from partialflow.server.verifier import oracle_sql
 
@@ -168,8 +169,6 @@ class SubscriptionManager:
         st = sub.reader.state
         new = [k for k in sub.keys if (st, k) not in self.by_key]
         if memory_limit is not None:
-            from partialflow.server.dataflow.state import BUCKET_OVERHEAD
-
             need = self.pinned_bytes() + len(new) * BUCKET_OVERHEAD + self.ex.evictor.full_bytes
             if need > memory_limit:
                 raise ResourceExhausted(
