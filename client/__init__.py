@@ -8,7 +8,17 @@ with Client("127.0.0.1:50051") as db:
 
 from __future__ import annotations
 
-from partialflow.client.client import Client, LoadProgress, LoadResult, Result
+from partialflow.client.client import (
+    CaughtUp,
+    Change,
+    Client,
+    Heartbeat,
+    LoadProgress,
+    LoadResult,
+    Result,
+    Snapshot,
+    Subscription,
+)
 from partialflow.client.errors import (
     AlreadyExists,
     DeadlineExceeded,
@@ -24,9 +34,12 @@ from partialflow.client.errors import (
 
 __all__ = [
     "AlreadyExists",
+    "CaughtUp",
+    "Change",
     "Client",
     "DeadlineExceeded",
     "FailedPrecondition",
+    "Heartbeat",
     "InvalidArgument",
     "LoadProgress",
     "LoadResult",
@@ -35,6 +48,8 @@ __all__ = [
     "PartialflowError",
     "ResourceExhausted",
     "Result",
+    "Snapshot",
+    "Subscription",
     "Unauthenticated",
     "Unavailable",
 ]

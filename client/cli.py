@@ -3,6 +3,7 @@
     partialflow serve --data DIR [--host H] [--port P] [--memory-limit SIZE] ...
     partialflow sql [STATEMENT] [--as-of LSN]      (no statement: a shell, or stdin's script)
     partialflow lookup [--min-lsn LSN] VIEW [KEY ...]
+    partialflow watch [--from-lsn LSN] [--json] [--heartbeats] [--count N] VIEW KEY...
     partialflow stats [--json]
     partialflow explain [--dot] VIEW
     partialflow graph [--png FILE] VIEW
@@ -85,6 +86,64 @@ def _sql(client: Any, args: argparse.Namespace) -> int:
 def _lookup(client: Any, args: argparse.Namespace) -> int:
     key = tuple(parse_key_value(k) for k in args.key)
     print_result(client.lookup(args.view, key, min_lsn=args.min_lsn), sys.stdout)
+    return 0
+
+
+def parse_watch_key(text: str) -> tuple:
+    """A ``watch`` key: a JSON array for a view of several parameters (``'["a", 1]'``),
+    else one parameter value as ``lookup`` takes it."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if isinstance(value, list):
+        return tuple(value)
+    return (parse_key_value(text),)
+
+
+def _watch_line(event: Any, as_json: bool) -> str:
+    """One printed line per key of a snapshot, per change, per heartbeat."""
+    from partialflow.client import CaughtUp, Change, Heartbeat, Snapshot
+
+    def js(x: Any) -> str:
+        return json.dumps(x, default=str)
+
+    if isinstance(event, Snapshot):
+        if as_json:
+            return "\n".join(js({"event": "snapshot", "lsn": event.lsn, "key": list(k),
+                                  "rows": [list(r) for r in rows]})
+                             for k, rows in event.rows.items())
+        return "\n".join(f"lsn {event.lsn} snapshot key={js(list(k))} rows={js(rows)}"
+                         for k, rows in event.rows.items())
+    if isinstance(event, Change):
+        if as_json:
+            return js({"event": "change", "lsn": event.lsn, "key": list(event.key),
+                       "inserted": [list(r) for r in event.inserted],
+                       "deleted": [list(r) for r in event.deleted]})
+        return (f"lsn {event.lsn} change key={js(list(event.key))} "
+                f"+{js(event.inserted)} -{js(event.deleted)}")
+    kind = "caught_up" if isinstance(event, CaughtUp) else "heartbeat"
+    assert isinstance(event, (CaughtUp, Heartbeat))
+    return js({"event": kind, "lsn": event.lsn}) if as_json else f"lsn {event.lsn} {kind}"
+
+
+def _watch(client: Any, args: argparse.Namespace) -> int:
+    from partialflow.client import Heartbeat
+
+    keys = [parse_watch_key(k) for k in args.key]
+    n = 0
+    with client.subscribe(args.view, keys, from_lsn=args.from_lsn) as sub:
+        try:
+            for event in sub:
+                if isinstance(event, Heartbeat) and not args.heartbeats:
+                    continue
+                print(_watch_line(event, args.json), flush=True)
+                n += 1
+                if args.count is not None and n >= args.count:
+                    break
+        except KeyboardInterrupt:
+            print(f"resume with --from-lsn {sub.lsn}", file=sys.stderr)
+            return 130
     return 0
 
 
@@ -268,6 +327,19 @@ def build_parser() -> argparse.ArgumentParser:
     lookup.add_argument(
         "--min-lsn", type=int, default=None, help="wait until the view has this LSN"
     )
+
+    watch = command("watch", _watch, "print a view's changes for some keys as they happen")
+    watch.add_argument("view")
+    watch.add_argument(
+        "key", nargs="+", help="one key each: a value, or a JSON array for several parameters"
+    )
+    watch.add_argument("--from-lsn", type=int, default=None,
+                       help="resume: print the changes since this LSN instead of a snapshot")
+    watch.add_argument("--json", action="store_true", help="one JSON object per line")
+    watch.add_argument("--heartbeats", action="store_true",
+                       help="also print the heartbeat LSN (about once a second when idle)")
+    watch.add_argument("--count", type=int, default=None, metavar="N",
+                       help="stop after N printed lines' events")
 
     stats = command("stats", _stats, "print server statistics as tables")
     stats.add_argument("--json", action="store_true", help="print JSON instead")

@@ -481,6 +481,50 @@ class LoadProgress(_message.Message):
     rows: int
     def __init__(self, phase: _Optional[str] = ..., done: _Optional[int] = ..., total: _Optional[int] = ..., message: _Optional[str] = ..., lsn: _Optional[int] = ..., rows: _Optional[int] = ...) -> None: ...
 
+class SubscribeRequest(_message.Message):
+    __slots__ = ("view", "keys", "key_batch", "from_lsn", "max_buffered")
+    VIEW_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    KEY_BATCH_FIELD_NUMBER: _ClassVar[int]
+    FROM_LSN_FIELD_NUMBER: _ClassVar[int]
+    MAX_BUFFERED_FIELD_NUMBER: _ClassVar[int]
+    view: str
+    keys: _containers.RepeatedCompositeFieldContainer[Key]
+    key_batch: RowBatch
+    from_lsn: int
+    max_buffered: int
+    def __init__(self, view: _Optional[str] = ..., keys: _Optional[_Iterable[_Union[Key, _Mapping]]] = ..., key_batch: _Optional[_Union[RowBatch, _Mapping]] = ..., from_lsn: _Optional[int] = ..., max_buffered: _Optional[int] = ...) -> None: ...
+
+class KeyChange(_message.Message):
+    __slots__ = ("key", "inserted", "deleted")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    INSERTED_FIELD_NUMBER: _ClassVar[int]
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    key: Key
+    inserted: _containers.RepeatedCompositeFieldContainer[Row]
+    deleted: _containers.RepeatedCompositeFieldContainer[Row]
+    def __init__(self, key: _Optional[_Union[Key, _Mapping]] = ..., inserted: _Optional[_Iterable[_Union[Row, _Mapping]]] = ..., deleted: _Optional[_Iterable[_Union[Row, _Mapping]]] = ...) -> None: ...
+
+class SubscribeEvent(_message.Message):
+    __slots__ = ("kind", "lsn", "columns", "changes")
+    class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        SNAPSHOT: _ClassVar[SubscribeEvent.Kind]
+        CHANGES: _ClassVar[SubscribeEvent.Kind]
+        HEARTBEAT: _ClassVar[SubscribeEvent.Kind]
+    SNAPSHOT: SubscribeEvent.Kind
+    CHANGES: SubscribeEvent.Kind
+    HEARTBEAT: SubscribeEvent.Kind
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    LSN_FIELD_NUMBER: _ClassVar[int]
+    COLUMNS_FIELD_NUMBER: _ClassVar[int]
+    CHANGES_FIELD_NUMBER: _ClassVar[int]
+    kind: SubscribeEvent.Kind
+    lsn: int
+    columns: _containers.RepeatedScalarFieldContainer[str]
+    changes: _containers.RepeatedCompositeFieldContainer[KeyChange]
+    def __init__(self, kind: _Optional[_Union[SubscribeEvent.Kind, str]] = ..., lsn: _Optional[int] = ..., columns: _Optional[_Iterable[str]] = ..., changes: _Optional[_Iterable[_Union[KeyChange, _Mapping]]] = ...) -> None: ...
+
 class CheckpointRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

@@ -84,6 +84,11 @@ class PartialflowStub:
                 request_serializer=partialflow_dot_proto_dot_partialflow__pb2.LoadRequest.SerializeToString,
                 response_deserializer=partialflow_dot_proto_dot_partialflow__pb2.LoadProgress.FromString,
                 _registered_method=True)
+        self.Subscribe = channel.unary_stream(
+                '/partialflow.v1.Partialflow/Subscribe',
+                request_serializer=partialflow_dot_proto_dot_partialflow__pb2.SubscribeRequest.SerializeToString,
+                response_deserializer=partialflow_dot_proto_dot_partialflow__pb2.SubscribeEvent.FromString,
+                _registered_method=True)
         self.Checkpoint = channel.unary_unary(
                 '/partialflow.v1.Partialflow/Checkpoint',
                 request_serializer=partialflow_dot_proto_dot_partialflow__pb2.CheckpointRequest.SerializeToString,
@@ -160,6 +165,13 @@ class PartialflowServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Subscribe(self, request, context):
+        """A key's rows, then every change to them, in LSN order (see SubscribeEvent).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Checkpoint(self, request, context):
         """Take a dataflow checkpoint now (FAILED_PRECONDITION when checkpoints are off).
         """
@@ -227,6 +239,11 @@ def add_PartialflowServicer_to_server(servicer, server):
                     servicer.Load,
                     request_deserializer=partialflow_dot_proto_dot_partialflow__pb2.LoadRequest.FromString,
                     response_serializer=partialflow_dot_proto_dot_partialflow__pb2.LoadProgress.SerializeToString,
+            ),
+            'Subscribe': grpc.unary_stream_rpc_method_handler(
+                    servicer.Subscribe,
+                    request_deserializer=partialflow_dot_proto_dot_partialflow__pb2.SubscribeRequest.FromString,
+                    response_serializer=partialflow_dot_proto_dot_partialflow__pb2.SubscribeEvent.SerializeToString,
             ),
             'Checkpoint': grpc.unary_unary_rpc_method_handler(
                     servicer.Checkpoint,
@@ -509,6 +526,33 @@ class Partialflow:
             '/partialflow.v1.Partialflow/Load',
             partialflow_dot_proto_dot_partialflow__pb2.LoadRequest.SerializeToString,
             partialflow_dot_proto_dot_partialflow__pb2.LoadProgress.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Subscribe(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/partialflow.v1.Partialflow/Subscribe',
+            partialflow_dot_proto_dot_partialflow__pb2.SubscribeRequest.SerializeToString,
+            partialflow_dot_proto_dot_partialflow__pb2.SubscribeEvent.FromString,
             options,
             channel_credentials,
             insecure,

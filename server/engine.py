@@ -389,6 +389,23 @@ class Engine:
         timeout = limit if timeout is None else max(0.0, min(timeout, limit))
         return self._views().lookup(view, keys, min_lsn=min_lsn, timeout=timeout)
 
+    def subscribe(self, view: str, keys: list[tuple], *, from_lsn: int | None = None,
+                  max_buffered: int | None = None) -> Any:
+        """A subscription to ``keys`` of ``view`` (dataflow/subscriptions.py): take events
+        with ``next_event``, end it with ``unsubscribe``. A ``from_lsn`` beyond the last
+        acknowledged write is refused (OutOfRange), as ``min_lsn`` is."""
+        if from_lsn is not None:
+            if from_lsn < 0:
+                raise InvalidArgument(f"from_lsn must not be negative, got {from_lsn}")
+            last = self.storage.last_lsn
+            if from_lsn > last:
+                raise OutOfRange(
+                    f"from_lsn {from_lsn} is beyond the last acknowledged write (LSN {last})")
+        return self._views().subscribe(view, keys, from_lsn=from_lsn, max_buffered=max_buffered)
+
+    def unsubscribe(self, sub: Any) -> None:
+        self._views().unsubscribe(sub)
+
     def evict(self, view: str, key: tuple | None) -> int:
         """Evict ``key`` of ``view`` (or keys of the dataflow's choosing); returns the count."""
         return self._views().evict(view, key)

@@ -38,6 +38,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "--readers", type=int, default=4, metavar="M", help="reader threads (default 4)"
     )
     parser.add_argument(
+        "--subscribers",
+        type=int,
+        default=2,
+        metavar="K",
+        help="threads that subscribe to every key of a view (views in turn) and record the "
+        "rows they rebuild, verified like reads (default 2)",
+    )
+    parser.add_argument(
         "--evict-rate",
         type=float,
         default=0.05,

@@ -59,7 +59,7 @@ def summarize(journal: Journal, verdict: Verdict, info: RunInfo) -> dict[str, An
     for f in journal.failures:
         # Only reads go through Spark; a write or evict that fails, or any error that is
         # not a clean Unavailable/DeadlineExceeded, is a failure of the server.
-        if f.kind not in CLEAN_ERRORS or f.what not in ("read", "recovery"):
+        if f.kind not in CLEAN_ERRORS or f.what not in ("read", "recovery", "subscription"):
             unclean.append(f)
         elif journal.fault_at(f.start, f.end, info.settle) is None:
             unexplained.append(f)
@@ -67,7 +67,8 @@ def summarize(journal: Journal, verdict: Verdict, info: RunInfo) -> dict[str, An
             clean.append(f)
     windows = []
     for w in journal.windows:
-        inside = [r for r in journal.reads if w.start <= r.start < w.end]
+        inside = [r for r in journal.reads
+                  if w.start <= r.start < w.end and r.call != "subscription"]
         errs = Counter(
             f.kind for f in journal.failures if f.what == "read" and w.start <= f.start < w.end
         )
@@ -101,7 +102,8 @@ def summarize(journal: Journal, verdict: Verdict, info: RunInfo) -> dict[str, An
             **ops,
         },
         "reads": {
-            "keys": sum(1 for x in journal.reads if x.call != "recovery"),
+            "keys": sum(1 for x in journal.reads if x.call not in ("recovery", "subscription")),
+            "subscription_keys": sum(1 for x in journal.reads if x.call == "subscription"),
             "recovery_keys": sum(1 for x in journal.reads if x.call == "recovery"),
             "calls": len(journal.calls),
             "per_second": round(len(journal.calls) / max(info.duration, 1e-9), 1),
@@ -245,7 +247,10 @@ def render(s: dict[str, Any]) -> str:
         "",
         f"verification (Spark over the recorded write history: {v['spark_jobs']} jobs, "
         f"{v['snapshots']} snapshots, {v['seconds']} s)",
-        f"  reads checked  {v['checked']} of {r['keys'] + r['recovery_keys']}",
+        f"  reads checked  {v['checked']} of "
+        f"{r['keys'] + r['recovery_keys'] + r.get('subscription_keys', 0)}"
+        + (f" ({r['subscription_keys']} of them keys rebuilt by subscribers)"
+           if r.get("subscription_keys") else ""),
         f"  mismatches     {v['mismatches']}",
     ]
     for i, m in enumerate(v["first_mismatches"], 1):

@@ -28,6 +28,7 @@ from partialflow.client.stress.load import (
 )
 from partialflow.client.stress.record import Failure, Journal, Read, Write
 from partialflow.client.stress.report import RunInfo, render, summarize
+from partialflow.client.stress.subscribers import run_subscriber
 from partialflow.client.stress.verify import check_tables, table_check_lsns, verify_reads
 
 _FAULT = re.compile(r"^(fail|hang|slow:\d+(\.\d+)?)$")
@@ -43,6 +44,8 @@ def _connect(args: argparse.Namespace, timeout: float | None = None) -> Client:
 def _check_args(args: argparse.Namespace) -> str | None:
     if args.writers < 1 or args.readers < 1:
         return "--writers and --readers must be at least 1"
+    if getattr(args, "subscribers", 0) < 0:
+        return "--subscribers must not be negative"
     if args.duration <= 0 or args.fault_window <= 0:
         return "--duration and --fault-window must be positive"
     if not 0 <= args.evict_rate <= 1:
@@ -217,6 +220,18 @@ def _load(
         )
         for i in range(cfg.readers)
     ]
+    subscribers = getattr(args, "subscribers", 0) if readable else 0
+    subscribe_clients = [_connect(args) for _ in range(subscribers)]
+    subscriber_threads = [
+        threading.Thread(
+            target=run_subscriber,
+            name=f"subscriber-{i}",
+            daemon=True,
+            args=(subscribe_clients[i], prefix, i, readable[i % len(readable)], journal, stop,
+                  random.Random(rng.random())),
+        )
+        for i in range(subscribers)
+    ]
     journal.started = time.monotonic()  # report times count from the start of the load
     side = [threading.Thread(target=run_progress, args=(journal, stop), daemon=True)]
     if hooks is not None:
@@ -226,7 +241,7 @@ def _load(
                 target=run_faults, args=(hooks.set_faults, schedule, journal, stop), daemon=True
             )
         )
-    for t in threads + side:
+    for t in threads + side + subscriber_threads:
         t.start()
     try:
         stop.wait(cfg.duration)
@@ -245,6 +260,9 @@ def _load(
     for c, t in zip(clients, threads, strict=True):
         if not t.is_alive():
             c.close()
+    for c, t in zip(subscribe_clients, subscriber_threads, strict=True):
+        t.join(timeout=10)  # a heartbeat comes every second; then it records its last rows
+        c.close()
     return journal.now()
 
 

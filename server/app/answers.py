@@ -16,7 +16,7 @@ from itertools import accumulate, chain
 from typing import Any
 
 from partialflow.proto import partialflow_pb2 as pb
-from partialflow.proto.values import fill_batch, set_value
+from partialflow.proto.values import add_rows, fill_batch, fill_key, set_value
 
 # Top-level keys of ``Engine.stats()`` that have a field of their own; every other
 # integral top-level figure is an executor counter and goes to ``counters``.
@@ -40,6 +40,27 @@ def lookup_message(
     out.lsn = max(lsns)
     if lsns.count(out.lsn) != len(lsns):
         out.key_lsns.extend(lsns)
+    return out
+
+
+_EVENT_KINDS = {
+    "snapshot": pb.SubscribeEvent.SNAPSHOT,
+    "changes": pb.SubscribeEvent.CHANGES,
+    "heartbeat": pb.SubscribeEvent.HEARTBEAT,
+}
+
+
+def subscribe_event(event: Any, columns: Sequence[str] | None) -> pb.SubscribeEvent:
+    """A subscription's event (subscriptions.Event) as its wire message; ``columns`` on
+    the first one."""
+    out = pb.SubscribeEvent(kind=_EVENT_KINDS[event.kind], lsn=event.lsn)
+    if columns is not None:
+        out.columns.extend(columns)
+    for key, inserted, deleted in event.changes:
+        change = out.changes.add()
+        fill_key(change.key, key)
+        add_rows(change.inserted, inserted, lenient=True)
+        add_rows(change.deleted, deleted, lenient=True)
     return out
 
 

@@ -124,7 +124,10 @@ def create_server(
 
                 spark = spark_session(config.spark_master, conf=config.spark_conf)
             engine = Engine(config, spark)
-        add_to_server(PartialflowServicer(engine), server)
+        # Each Subscribe stream holds a handler thread while open: at most half of them, so
+        # other calls (and health checks) always find one.
+        add_to_server(PartialflowServicer(engine, max_streams=max(1, config.workers // 2)),
+                      server)
         add_test_hooks(server, engine)  # refuses every call unless PARTIALFLOW_TEST_HOOKS=1
         checker = add_health(server)
         add_reflection(server, (SERVICE_NAME,))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlparse
@@ -32,9 +33,14 @@ from partialflow.proto.values import (
     decode_values,
     fill_batch,
 )
-from partialflow.server.app.answers import compact_message, lookup_message, stats_message
+from partialflow.server.app.answers import (
+    compact_message,
+    lookup_message,
+    stats_message,
+    subscribe_event,
+)
 from partialflow.server.engine import Engine, ResultSet
-from partialflow.server.errors import InvalidArgument, PartialflowError
+from partialflow.server.errors import InvalidArgument, PartialflowError, ResourceExhausted
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +51,9 @@ SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Partialflow"].full_name
 # up to 3 bytes per UTF-8 byte.
 MAX_DETAILS_BYTES = 2000
 
+
+# Seconds between heartbeats of a Subscribe stream when nothing changes.
+HEARTBEAT_EVERY = 1.0
 
 # The largest payload a Ping answers with (a benchmark's largest answers are a few MiB).
 MAX_PING_REPLY = 64 * 1024 * 1024
@@ -131,7 +140,7 @@ def take_rows(
     return decoded
 
 
-def take_keys(request: pb.LookupRequest) -> list[tuple]:
+def take_keys(request: pb.LookupRequest | pb.SubscribeRequest) -> list[tuple]:
     """The keys of a lookup, from its Key messages then its key batch; a malformed message
     raises WireError naming ``keys[i]`` or ``key_batch.columns[j]``."""
     keys = decode_rows(request.keys, "keys")
@@ -242,8 +251,11 @@ def result_set(result: ResultSet, columnar: bool = False) -> pb.ResultSet:
 class PartialflowServicer(pb_grpc.PartialflowServicer):
     """Implements ``partialflow.v1.Partialflow`` on top of an ``Engine``."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, max_streams: int | None = None) -> None:
         self.engine = engine
+        self.max_streams = max_streams  # open Subscribe streams allowed at once
+        self._streams = 0
+        self._streams_lock = threading.Lock()
 
     @_rpc
     def Execute(self, request: pb.ExecuteRequest, context: grpc.ServicerContext) -> pb.ResultSet:
@@ -336,6 +348,44 @@ class PartialflowServicer(pb_grpc.PartialflowServicer):
                 lsn=event.lsn,
                 rows=event.rows,
             )
+
+    @_rpc_stream
+    def Subscribe(self, request: pb.SubscribeRequest, context: grpc.ServicerContext) -> Any:
+        from_lsn = check_lsn(request.from_lsn, "from_lsn") if request.HasField("from_lsn") else None
+        keys = take_keys(request)  # same key fields as a Lookup
+        with self._streams_lock:
+            if self.max_streams is not None and self._streams >= self.max_streams:
+                raise ResourceExhausted(
+                    f"too many open subscriptions ({self._streams}; each holds one of the "
+                    "server's handler threads, see --workers): subscribe to more keys per stream")
+            self._streams += 1
+        try:
+            sub = self.engine.subscribe(request.view, keys, from_lsn=from_lsn,
+                                        max_buffered=request.max_buffered or None)
+        except BaseException:
+            with self._streams_lock:
+                self._streams -= 1
+            raise
+        context.add_callback(sub.close)  # the client went away: stop waiting at once
+        columns = list(sub.reader.plan.columns)
+        first = True
+        try:
+            while context.is_active() and not sub.closed:
+                try:
+                    event = sub.next_event(HEARTBEAT_EVERY)
+                except PartialflowError as err:
+                    resume = getattr(err, "resume_lsn", None)
+                    if resume:
+                        context.set_trailing_metadata((("resume-lsn", str(resume)),))
+                    raise
+                if event is None:
+                    continue
+                yield subscribe_event(event, columns if first else None)
+                first = first and event.kind == "heartbeat"
+        finally:
+            with self._streams_lock:
+                self._streams -= 1
+            self.engine.unsubscribe(sub)
 
     @_rpc
     def Ping(self, request: pb.PingRequest, context: grpc.ServicerContext) -> pb.PingResponse:

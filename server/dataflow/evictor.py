@@ -44,6 +44,9 @@ class Evictor:
         self._lru: LRUCache = LRUCache(maxsize=math.inf)
         self.partial_bytes = 0
         self.full_bytes = 0
+        # (sid, fill key) -> how many subscribed reader keys rely on it (subscriptions.py):
+        # never evicted for memory, as a subscriber would get a refill at every packet.
+        self.pins: dict[tuple[int, Row], int] = {}
 
     # -- registry ----------------------------------------------------------------------
     def register(self, states: list[State]) -> None:
@@ -104,7 +107,7 @@ class Evictor:
         while self.partial_bytes + self.full_bytes > self.memory_limit and self._lru:
             (sid, fk), size = self._lru.popitem()  # least recently used
             st = self.states.get(sid)
-            if st is not None and _pinned(st, fk):
+            if st is not None and (_pinned(st, fk) or (sid, fk) in self.pins):
                 pinned.append(((sid, fk), size))
                 continue
             self.partial_bytes -= size

@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from itertools import groupby
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from partialflow.operators.base import Delta, Row
 from partialflow.server.dataflow.bounds import KeyBounds
@@ -59,6 +59,9 @@ from partialflow.server.dataflow.runner import UpqueryRunner
 from partialflow.server.dataflow.state import State, StateAccess
 from partialflow.server.dataflow.stats import Stats
 from partialflow.server.errors import DeadlineExceeded
+
+if TYPE_CHECKING:
+    from partialflow.server.dataflow.subscriptions import SubscriptionManager
 
 log = logging.getLogger("partialflow.executor")
 
@@ -108,6 +111,9 @@ class Executor:
         self._thread: threading.Thread | None = None
         # Takes checkpoints at packet boundaries (checkpointer.py); None when they are off.
         self.checkpointer: Checkpointer | None = None
+        # Change subscriptions: fed the reader keys each packet changed (subscriptions.py).
+        # Set by the facade (the manager reads views' plans, above this module).
+        self.subscriptions: SubscriptionManager | None = None
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self, threaded: bool = True) -> None:
@@ -278,6 +284,9 @@ class Executor:
         if self._changed:  # keys derived from filled state while issuing (no upquery)
             self._account_changes()
         self.account_reads()
+        subs = self.subscriptions
+        if subs is not None and subs.active:  # before publish: it clears the changed keys
+            subs.after_packet(self.publisher.peek_changed(), self.applied_lsn)
         self.publisher.publish(self.applied_lsn)
         if self.checkpointer is not None:  # a consistent cut: everything filled is exact
             self.checkpointer.after_packet()
@@ -514,6 +523,8 @@ class Executor:
             self.checkpointer.registered(states)
 
     def forget_states(self, states: list[State]) -> None:
+        if self.subscriptions is not None:
+            self.subscriptions.forget(states)
         for st in states:
             self.bounds.forget(st)
             self.evictor.forget(st)

@@ -27,6 +27,12 @@ from partialflow.server.dataflow.reads import Param, Read, check_key, keys_fit, 
 from partialflow.server.dataflow.recovery import recover
 from partialflow.server.dataflow.runner import UpqueryRunner
 from partialflow.server.dataflow.state import State
+from partialflow.server.dataflow.subscriptions import (
+    DEFAULT_MAX_BUFFERED,
+    Subscription,
+    SubscriptionManager,
+    rows_as_of,
+)
 from partialflow.server.errors import (
     AlreadyExists,
     DeadlineExceeded,
@@ -88,6 +94,7 @@ class Dataflow:
                 table_ids=storage.table_ids, clock=clock,
             )
         executor = self.executor
+        self.subscriptions = executor.subscriptions = SubscriptionManager(executor)
         storage.subscribe(lambda rec: executor.submit(Write(rec)))
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -165,6 +172,11 @@ class Dataflow:
         return restored
 
     def close(self) -> None:
+        if self.executor.threaded:  # open streams end with UNAVAILABLE and their resume LSN
+            try:
+                self.executor.call(self.subscriptions.close).result(10)
+            except Exception as e:  # a stuck executor must not keep the server from closing
+                log.warning("subscriptions not closed: %s", e or type(e).__name__)
         cp = self.executor.checkpointer
         if cp is not None:
             if cp.enabled and self.executor.threaded:
@@ -354,6 +366,36 @@ class Dataflow:
                 fn(reader.name, k, rows, lsn)
         return reader.plan.columns, out
 
+    # -- subscriptions -----------------------------------------------------------------
+    def subscribe(self, view: str, keys: list[Any], *, from_lsn: int | None = None,
+                  max_buffered: int | None = None) -> Subscription:
+        """Start a subscription to ``keys`` of ``view`` (subscriptions.py). Keys are
+        checked first; with ``from_lsn``, the keys' rows as of it are read by Spark
+        (refused beyond the retention horizon) before anything is registered."""
+        reader, checked = self._checked(view, keys)
+        if not checked:
+            raise InvalidArgument("a subscription needs at least one key")
+        for i, k in enumerate(checked):
+            if any(v is None for v in k):
+                raise InvalidArgument(
+                    f"key {i}: {k!r} has a NULL (`col = NULL` is never true: nothing to watch)")
+        start = None
+        if from_lsn is not None:
+            start = rows_as_of(
+                lambda sql, lsn: self.storage.query(sql, as_of=lsn)[1], reader,
+                list(dict.fromkeys(checked)), from_lsn,
+                lambda v: (r.sql if (r := self.graph.readers.get(v)) is not None else None))
+        sub = Subscription(self.subscriptions, reader, checked, start,
+                           max_buffered or DEFAULT_MAX_BUFFERED)
+        limit = self.memory_limit
+        self.executor.call(lambda: self.subscriptions.add(sub, limit)).result()
+        return sub
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        """The stream ended: unpin its keys (queued; nothing waits for it)."""
+        sub.close()
+        self.executor.call(lambda: self.subscriptions.remove(sub))
+
     def corrupt_for_test(self, view: str, key: Any) -> bool:
         """Test-only: plant a wrong answer (an extra copy of a row, or a made-up row) in one
         filled key of a view's reader, so tests can show the checkers catch it. Refused
@@ -427,6 +469,7 @@ class Dataflow:
                 "spark_jobs": self.runner.jobs,
                 "fills_in_flight": len(ex.fills.active),
                 "state_anomalies": sum(st.anomalies for st in ev.states.values()),
+                **self.subscriptions.stats(),
                 **dict(ex.stats.counters),
                 **({"checkpoint": ex.checkpointer.stats()} if ex.checkpointer else {}),
             }

@@ -43,6 +43,10 @@ class Publisher:
         """A key of reader ``st`` was filled, changed or evicted in this packet."""
         self._changed[(st, fk)] = None
 
+    def peek_changed(self) -> list[tuple[State, Row]]:
+        """The reader keys this packet changed so far (for subscriptions.py)."""
+        return list(self._changed)
+
     def publish(self, lsn: int) -> None:
         """Make this packet's reader changes visible, atomically with ``lsn``."""
         if self._changed:

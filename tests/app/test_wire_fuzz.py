@@ -473,6 +473,19 @@ def lookup_requests(draw: Any) -> pb.LookupRequest:
 
 
 @st.composite
+def subscribe_requests(draw: Any) -> pb.SubscribeRequest:
+    """A Lookup's keys (same fields), a resume LSN sometimes, a buffer size."""
+    look = draw(lookup_requests())
+    req = pb.SubscribeRequest(view=look.view, keys=look.keys)
+    if look.HasField("key_batch"):
+        req.key_batch.CopyFrom(look.key_batch)
+    if draw(st.integers(0, 3)) == 0:
+        req.from_lsn = draw(LSNS)
+    req.max_buffered = draw(st.sampled_from([0, 0, 1, 2**32 - 1]))
+    return req
+
+
+@st.composite
 def evict_requests(draw: Any) -> pb.EvictRequest:
     req = pb.EvictRequest(view=draw(VIEW_NAMES))
     if draw(st.integers(0, 9)):
@@ -677,6 +690,7 @@ def message_of(method: str) -> st.SearchStrategy:
         "Execute": execute_requests(),
         "Query": query_requests(),
         "Load": load_requests(),
+        "Subscribe": subscribe_requests(),
     }
     return simple[method] if method in simple else made[method]
 
@@ -791,6 +805,11 @@ class Driver:
                 return self.spend("evict-all")
             # A checked key evicted is refilled (a Spark job) by the next check.
             return self.spend("evict-key") if not self._new_key(msg.view, msg.key) else True
+        if method == "Subscribe" and msg.HasField("from_lsn"):
+            return self.spend("spark-query")  # the rows as of from_lsn come from Spark
+        if method == "Subscribe":
+            new = [k for k in msg.keys if self._new_key(msg.view, k)]
+            return self.spend("new-key") if new else True
         if method == "Lookup":
             new = [k for k in msg.keys if self._new_key(msg.view, k)]
             if new and not (msg.HasField("min_lsn") and not 0 <= msg.min_lsn <= MODEL.last_lsn):
@@ -811,6 +830,10 @@ class Driver:
     def call(self, method: str, payload: bytes, timeout: float) -> tuple[grpc.StatusCode, Any]:
         try:
             answer = self.calls[method](payload, timeout=timeout)
+            if method == "Subscribe":  # a valid one streams for good: its first event only
+                first = next(answer)
+                answer.cancel()
+                return grpc.StatusCode.OK, [first]
             if METHODS[method].server_streaming:
                 answer = list(answer)
             return grpc.StatusCode.OK, answer
@@ -848,12 +871,13 @@ class Driver:
                 expect_invalid = True
         if method == "Ping" and msg is not None:
             expect_invalid = msg.reply_bytes > 64 * 2**20
-        if method == "Lookup" and msg is not None:
+        if method in ("Lookup", "Subscribe") and msg is not None:
             try:
                 ref_keys(msg)
             except Malformed:
                 expect_invalid = True
-        timeout = {"Lookup": 5.0, "Write": 60.0, "Load": 120.0, "Compact": 120.0}.get(method, 60.0)
+        timeout = {"Lookup": 5.0, "Subscribe": 10.0, "Write": 60.0, "Load": 120.0,
+                   "Compact": 120.0}.get(method, 60.0)
         self.sent[method] += 1
         t0 = time.monotonic()
         code, answer = self.call(method, payload, timeout)

@@ -110,8 +110,11 @@ def test_stress_cli_with_faults_finds_nothing_wrong(hooked_server, tmp_path):
     assert proc.returncode == 0, f"{out}\n{err[-3000:]}"
     r = json.loads(report.read_text())
     # Every read was checked against Spark and none differed; every write is in the tables.
-    assert r["verification"]["checked"] == r["reads"]["keys"] + r["reads"]["recovery_keys"]
+    # Subscribers' rebuilt rows (--subscribers, default 2) are checked like reads.
+    assert r["verification"]["checked"] == (
+        r["reads"]["keys"] + r["reads"]["recovery_keys"] + r["reads"]["subscription_keys"])
     assert r["reads"]["keys"] > 0 and r["reads"]["recovery_keys"] > 0
+    assert r["reads"]["subscription_keys"] > 0
     assert r["verification"]["mismatches"] == 0
     assert r["lost_writes"]["differences"] == 0 and len(r["lost_writes"]["checked_at_lsns"]) == 2
     assert r["writes"]["acknowledged"] > 0 and set(r["views"]) >= {

@@ -1,0 +1,394 @@
+"""Change subscriptions: a stream of a view's changes for chosen keys, exact at each LSN.
+
+A subscription to keys K of a view first gets every key's rows at one LSN (a *snapshot*),
+then, at every packet end where something changed, the difference for each changed key
+(rows inserted, rows deleted) at the LSN the packet left the dataflow at.
+
+Why differences of whole keys, not forwarded deltas: the executor already knows at each
+packet end which reader keys changed (the publisher republishes exactly those), and every
+*filled* reader key is exact at the applied LSN then (the same cut lock-free reads rely
+on). So the manager keeps, per subscription and key, the rows it last sent, and sends the
+multiset difference of the key's current rows against them. An eviction (a join miss, an
+exhausted MIN/MAX candidate set, an explicit evict) turns the key into a hole; the manager
+asks for its refill like a read miss and, once filled, sends the difference: a
+correction, never a gap, and never a row counted twice.
+
+Consistent cuts only: a subscription sends nothing while any of its keys is not readable
+(a hole, pending on a fill, or blocked on an index fill, gating.py); changes accumulate
+(its keys are marked dirty) and go out, as one batch, at the first packet end where every
+key is filled. Every LSN a subscriber is told (snapshot, change batch, heartbeat) is thus
+one at which *all* of its keys' rows as reconstructed are exactly the view's answer, so
+any of them is a valid point to resume from. The price: one key kept blocked delays the
+others' changes (documented in the README).
+
+Rows are compared and sent as a read presents them (``reads.present``: ORDER BY/LIMIT
+applied, hidden columns removed), so a subscriber's rows equal a lookup's.
+
+Subscribed keys (and the same key of every partial state below the reader) are pinned
+against memory eviction (``Evictor.pins``). The executor thread runs ``after_packet``; the
+streaming threads only take events from each ``Subscription``'s bounded queue.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from partialflow.operators.base import Row
+from partialflow.server.dataflow.fill import Waiter
+from partialflow.server.dataflow.reads import present
+from partialflow.server.dataflow.state import BUCKET_OVERHEAD
+from partialflow.server.errors import PartialflowError, ResourceExhausted, Unavailable
+from partialflow.server.verifier import oracle_sql
+
+if TYPE_CHECKING:
+    from partialflow.server.dataflow.executor import Executor
+    from partialflow.server.dataflow.graph import Reader
+    from partialflow.server.dataflow.state import State
+
+log = logging.getLogger("partialflow.subscriptions")
+
+DEFAULT_MAX_BUFFERED = 10_000  # change batches queued for one stream before it is cut off
+RESUME_KEYS_PER_JOB = 200  # keys of a resume read as of from_lsn per Spark job
+
+Bag = Counter  # row -> multiplicity (rows as presented)
+KeyChange = tuple[Row, list[Row], list[Row]]  # (key, inserted, deleted)
+
+
+@dataclass
+class Event:
+    """What a stream sends: ``kind`` "snapshot" (``changes`` hold every key's rows as
+    inserted), "changes" or "heartbeat"; every key's rows are exact at ``lsn``."""
+
+    kind: str
+    lsn: int
+    changes: list[KeyChange] = field(default_factory=list)
+
+
+class Subscription:
+    """One stream's keys and queue. The queue and ``exact_lsn`` change under the
+    manager's lock, so a heartbeat never overtakes a change batch it follows."""
+
+    def __init__(self, manager: SubscriptionManager, reader: Reader, keys: list[Row],
+                 start: dict[Row, list[Row]] | None, max_buffered: int) -> None:
+        self.manager = manager
+        self.reader = reader
+        self.view = reader.name
+        self.keys = list(dict.fromkeys(keys))
+        self.max_buffered = max_buffered
+        # Rows last sent per key (``start``: the rows at from_lsn the client holds).
+        self.resumed = start is not None
+        self.sent: dict[Row, Bag] = {
+            k: Counter(start.get(k, []) if start else []) for k in self.keys
+        }
+        self.started = False  # snapshot (or the resume's first batch) queued
+        self.unready: set[Row] = set()  # keys not readable at the last packet end
+        self.dirty: set[Row] = set()  # keys changed since their last batch
+        self.queue: deque[Event] = deque()
+        self.cond = threading.Condition(manager.lock)
+        self.exact_lsn = 0  # every key's rows as sent are exact here (0: nothing sent yet)
+        # Every key was readable at the last packet end that touched it: then the rows sent
+        # are exact at every later packet end too, until a key changes (and touches it).
+        self.ready = False
+        self.error: PartialflowError | None = None  # set: the stream ends with it
+        self.closed = False
+
+    # -- streaming thread ----------------------------------------------------------------
+    def next_event(self, timeout: float) -> Event | None:
+        """The next event, a heartbeat after ``timeout`` s of nothing (None before the
+        snapshot), or raise the error that ends the stream once what precedes it is sent."""
+        with self.cond:
+            if not self.queue and self.error is None:
+                self.cond.wait(timeout)
+            if self.queue:
+                return self.queue.popleft()
+            if self.error is not None:
+                raise self.error
+            return Event("heartbeat", self.cut_lsn()) if self.started else None
+
+    def cut_lsn(self) -> int:
+        """The latest LSN every key's rows as queued are exact at (under the lock)."""
+        return max(self.exact_lsn, self.manager.packet_lsn) if self.ready else self.exact_lsn
+
+    def close(self) -> None:
+        """The client went away: wake the streaming thread (it then unsubscribes)."""
+        with self.cond:
+            self.closed = True
+            self.cond.notify_all()
+
+    # -- executor thread, under the manager's lock -----------------------------------------
+    def _push(self, event: Event) -> None:
+        if len(self.queue) >= self.max_buffered:
+            # Everything queued is a consistent prefix; the client resumes from its end.
+            self._end(ResourceExhausted(
+                f"subscriber too slow: more than {self.max_buffered} change batches buffered; "
+                f"resume from LSN {self.cut_lsn()}"), self.cut_lsn())
+            return
+        self.queue.append(event)
+        self.exact_lsn = event.lsn
+        self.ready = True
+        self.cond.notify_all()
+
+    def _end(self, error: PartialflowError, resume_lsn: int) -> None:
+        if self.error is None:
+            error.resume_lsn = resume_lsn  # type: ignore[attr-defined]
+            self.error = error
+            self.cond.notify_all()
+            self.manager._drop(self)
+
+
+class SubscriptionManager:
+    """Per subscribed (reader state, key), its subscriptions; run at every packet end."""
+
+    def __init__(self, executor: Executor) -> None:
+        self.ex = executor
+        self.lock = threading.Lock()
+        self.subs: dict[int, Subscription] = {}  # id -> subscription
+        self.by_key: dict[tuple[State, Row], list[Subscription]] = {}
+        self.waiting: set[tuple[State, Row]] = set()  # subscribed keys not readable
+        # The last refill asked per subscribed key (a read's waiter: it carries the error).
+        self.refills: dict[tuple[State, Row], Waiter] = {}
+        self.starting: set[Subscription] = set()
+        self._dropped: list[Subscription] = []
+        self.packet_lsn = 0  # the LSN of the last packet end (under the lock)
+
+    @property
+    def active(self) -> bool:
+        return bool(self.subs)
+
+    def stats(self) -> dict[str, int]:
+        return {"subscriptions": len(self.subs), "subscribed_keys": len(self.by_key)}
+
+    # -- adding and removing (executor thread) ----------------------------------------------
+    def add(self, sub: Subscription, memory_limit: int | None) -> None:
+        """Register ``sub`` (on the executor thread): pin its keys, ask for the holes."""
+        st = sub.reader.state
+        new = [k for k in sub.keys if (st, k) not in self.by_key]
+        if memory_limit is not None:
+            need = self.pinned_bytes() + len(new) * BUCKET_OVERHEAD + self.ex.evictor.full_bytes
+            if need > memory_limit:
+                raise ResourceExhausted(
+                    f"subscribing to {len(sub.keys)} key(s) of view {sub.view!r} needs at least "
+                    f"{need} bytes pinned, more than the memory limit of {memory_limit} bytes")
+        self.subs[id(sub)] = sub
+        for k in sub.keys:
+            self.by_key.setdefault((st, k), []).append(sub)
+            if len(self.by_key[(st, k)]) == 1:
+                self._pin(st, k, +1)
+        self.starting.add(sub)
+        sub.unready = set(sub.keys)
+        self.waiting.update((st, k) for k in sub.keys)
+
+    def remove(self, sub: Subscription) -> None:
+        """Unregister (executor thread): the stream ended or the client went away."""
+        if self.subs.pop(id(sub), None) is None:
+            return
+        st = sub.reader.state
+        for k in sub.keys:
+            subs = self.by_key.get((st, k))
+            if subs is None:
+                continue
+            subs.remove(sub)
+            if not subs:
+                del self.by_key[(st, k)]
+                self.waiting.discard((st, k))
+                self.refills.pop((st, k), None)
+                self._pin(st, k, -1)
+        self.starting.discard(sub)
+
+    def _drop(self, sub: Subscription) -> None:
+        """A subscription ended by the manager (under the lock): removed after the packet."""
+        self._dropped.append(sub)
+
+    def _pin(self, st: State, fk: Row, delta: int) -> None:
+        """Pin (un-pin) ``fk`` of the reader and of every partial state below it with the
+        same key (evicting one of those would evict the reader's key with it)."""
+        pins = self.ex.evictor.pins
+        stack, seen = [st], set()
+        while stack:
+            s = stack.pop()
+            if s.sid in seen:
+                continue
+            seen.add(s.sid)
+            key = (s.sid, fk)
+            n = pins.get(key, 0) + delta
+            if n > 0:
+                pins[key] = n
+            else:
+                pins.pop(key, None)
+            stack.extend(s.below)
+
+    def pinned_bytes(self) -> int:
+        states = self.ex.evictor.states
+        total = 0
+        for sid, fk in self.ex.evictor.pins:
+            s = states.get(sid)
+            if s is not None and s.mode != "full":
+                total += s.size_of(fk)
+        return total
+
+    def forget(self, states: list[State]) -> None:
+        """States of a dropped view: its subscriptions end."""
+        gone = {id(s) for s in states}
+        with self.lock:
+            for sub in list(self.subs.values()):
+                if id(sub.reader.state) in gone:
+                    sub._end(Unavailable(f"view {sub.view!r} was dropped"), sub.cut_lsn())
+        self._remove_dropped()
+
+    def close(self) -> None:
+        with self.lock:
+            for sub in list(self.subs.values()):
+                sub._end(Unavailable("the server is shutting down"), sub.cut_lsn())
+        self._remove_dropped()
+
+    def _remove_dropped(self) -> None:
+        dropped, self._dropped = self._dropped, []
+        for sub in dropped:
+            self.remove(sub)
+
+    # -- the packet end (executor thread, under the executor's lock) ------------------------
+    def after_packet(self, changed: list[tuple[State, Row]], lsn: int) -> None:
+        """``changed``: reader keys republished by this packet; ``lsn``: where it left
+        the dataflow. Queue what changed for every subscription whose keys are all
+        readable; ask for refills of subscribed holes."""
+        try:
+            self._after_packet(changed, lsn)
+        except Exception as e:  # never let a subscription bug break publishing (reads)
+            log.exception("subscriptions failed at LSN %d", lsn)
+            with self.lock:
+                for sub in list(self.subs.values()):
+                    sub._end(Unavailable(f"subscription failed: {e}"), sub.cut_lsn())
+            self._remove_dropped()
+
+    def _after_packet(self, changed: list[tuple[State, Row]], lsn: int) -> None:
+        touched: set[Subscription] = set(self.starting)
+        waiting = self.waiting
+        for key in changed:
+            subs = self.by_key.get(key)
+            if subs:
+                waiting.add(key)  # re-checked below (filled, or not readable any more)
+                for sub in subs:
+                    sub.dirty.add(key[1])
+                    touched.add(sub)
+        asked = False
+        failed: list[tuple[tuple[State, Row], Exception]] = []
+        for key in list(waiting):
+            st, fk = key
+            subs = self.by_key.get(key)
+            if not subs:
+                waiting.discard(key)
+                continue
+            if st.is_filled(fk):
+                waiting.discard(key)
+                self.refills.pop(key, None)
+                for sub in subs:
+                    sub.unready.discard(fk)
+                    touched.add(sub)
+                continue
+            for sub in subs:
+                sub.unready.add(fk)
+            if st.lookup(fk) != "hole" or fk in self.ex.fills.wanted.get(st, {}):
+                continue  # pending on a fill, or blocked: it comes back filled
+            w = self.refills.get(key)
+            if w is not None and w.error is not None:
+                # The refill's upquery failed: end the streams (they resume from their
+                # last cut) rather than retry at every packet end and hammer Spark.
+                failed.append((key, w.error))
+                continue
+            w = self.refills[key] = Waiter({fk})
+            asked = True
+            self.ex.fills.want(st, fk, w)
+        with self.lock:
+            for key, error in failed:
+                self.refills.pop(key, None)
+                for sub in self.by_key.get(key, ()):
+                    sub._end(Unavailable(f"refilling subscribed key {key[1]!r} failed: {error}"),
+                             sub.cut_lsn())
+            for sub in touched:
+                if sub.error is None:
+                    self._flush(sub, lsn)
+            self.packet_lsn = lsn
+        self._remove_dropped()
+        if asked:  # issue the refills soon, not at the next write
+            self.ex.wake_at(self.ex.clock())
+
+    def _flush(self, sub: Subscription, lsn: int) -> None:
+        """Queue ``sub``'s snapshot or its dirty keys' differences at ``lsn`` (caller
+        holds the lock), if every key of it is readable."""
+        if sub.unready:
+            if sub.ready:  # it was exact at the previous packet end: keep that as its cut
+                sub.exact_lsn = sub.cut_lsn()
+                sub.ready = False
+            return
+        st = sub.reader.state
+        plan = sub.reader.plan
+        if not sub.started:
+            self.starting.discard(sub)
+            limit = self.ex.evictor.memory_limit
+            if limit is not None:
+                need = self.pinned_bytes() + self.ex.evictor.full_bytes
+                if need > limit:
+                    sub._end(ResourceExhausted(
+                        f"the {len(sub.keys)} subscribed key(s) of view {sub.view!r} need "
+                        f"{need} bytes pinned with the others, more than the memory limit of "
+                        f"{limit} bytes"), 0)
+                    return
+            sub.started = True
+            if not sub.resumed:
+                snap: list[KeyChange] = [
+                    (k, present(plan, st.bucket_rows(k)), []) for k in sub.keys
+                ]
+                for k, rows, _ in snap:
+                    sub.sent[k] = Counter(rows)
+                sub.dirty.clear()
+                sub._push(Event("snapshot", lsn, snap))
+                return
+            sub.dirty = set(sub.keys)  # the first batch: from the rows at from_lsn to now
+            out = self._diff(sub, lsn)
+            sub._push(Event("changes", lsn, out))
+            return
+        if sub.dirty:
+            out = self._diff(sub, lsn)
+            if out:
+                sub._push(Event("changes", lsn, out))
+        sub.ready = True
+
+    def _diff(self, sub: Subscription, lsn: int) -> list[KeyChange]:
+        st = sub.reader.state
+        plan = sub.reader.plan
+        out: list[KeyChange] = []
+        for k in sub.keys:  # in the order subscribed: reproducible batches
+            if k not in sub.dirty:
+                continue
+            now = Counter(present(plan, st.bucket_rows(k)))
+            old = sub.sent[k]
+            if now != old:
+                inserted = list((now - old).elements())
+                deleted = list((old - now).elements())
+                sub.sent[k] = now
+                out.append((k, inserted, deleted))
+        sub.dirty.clear()
+        return out
+
+
+
+def rows_as_of(query: Callable[[str, int], list[Row]], reader: Reader, keys: list[Row],
+               lsn: int, view_sql: Callable[[str], str | None]) -> dict[Row, list[Row]]:
+    """Each key's rows (as a read presents them) as of ``lsn``, by Spark over the base
+    tables' snapshot (what a resuming client holds): the view's SQL bound to each key,
+    as the verifier runs it, with many keys per job as one UNION ALL tagged by key."""
+    out: dict[Row, list[Row]] = {k: [] for k in keys}
+    for i in range(0, len(keys), RESUME_KEYS_PER_JOB):
+        chunk = keys[i:i + RESUME_KEYS_PER_JOB]
+        parts = [
+            f"SELECT {j} AS __pf_key, __pf_q.* FROM ({oracle_sql(reader.sql, k, view_sql)}) "
+            "AS __pf_q" for j, k in enumerate(chunk)
+        ]
+        for row in query(" UNION ALL ".join(parts), lsn):
+            out[chunk[row[0]]].append(tuple(row[1:]))
+    return out
