@@ -44,6 +44,11 @@ _SQL_DEFAULTS: dict[str, str] = {
     # Small scans dominate (key-filtered upqueries); don't adaptively re-plan them into
     # many stages.
     "spark.sql.adaptive.enabled": "false",
+    # PySpark 4 records the Python call site of every Column function (F.col, select, ...)
+    # for error messages: several Py4J round trips and a stack walk per call. An upquery
+    # builds its plan from dozens of such calls, and profiling a cold read showed most of
+    # its time there rather than in the Spark job; the call sites are never shown to users.
+    "spark.python.sql.dataFrameDebugging.enabled": "false",
 }
 
 
