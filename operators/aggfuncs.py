@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
+from operator import neg
 from typing import Any, ClassVar
 
 from partialflow.operators.base import Row
@@ -239,13 +240,18 @@ class Extremum(AggFunc):
                     return self.apply(state, [(v, 1) for v in vals], candidates)
                 return _merge_inserts(state, seen, len(vals), self.key, candidates)
         # ``apply`` of the non-NULL diffs, in one pass (the state is copied on the first).
-        key, new = self.key, None
+        key: Callable[[Any], Any] = self.key
+        new = None
         for row, sign in batch:
             v = row[col]  # type: ignore[index]
             if v is None:
                 continue
             if new is None:
                 new = state.copy()
+                if self.largest and v.__class__ in _NUMBERS:
+                    # A column's values are all numbers or none are; for numbers the
+                    # descending key is negation, and operator.neg runs it in C.
+                    key = neg
             if sign > 0:
                 new.insert(v, key, candidates)
             else:
@@ -264,6 +270,8 @@ class Extremum(AggFunc):
     def size(self, state: Candidates) -> int:
         return state.size()
 
+
+_NUMBERS = (int, float, bool)
 
 # Insert-only batches of at least this many values are merged (``Extremum.fold``);
 # smaller ones are cheaper one insert at a time.

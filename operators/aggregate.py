@@ -42,6 +42,10 @@ class AggEntry(NamedTuple):
     states: tuple[Any, ...]
 
 
+# AggEntry(rows, states) without the Python-level __new__ NamedTuple adds (hot path).
+_new_entry = tuple.__new__
+
+
 class Aggregate(GroupedOperator):
     """γ over input columns ``group_by`` computing ``aggs``."""
 
@@ -113,7 +117,7 @@ class Aggregate(GroupedOperator):
         # COUNT(*)'s state is the group's row count: add the batch's once, not per call.
         states = tuple([st + n if star else f.fold(st, batch, cap)
                         for f, star, st in zip(self.funcs, self._star, entry.states, strict=True)])
-        return AggEntry(entry.rows + n, states)
+        return _new_entry(AggEntry, (entry.rows + n, states))
 
     def _emit(self, group: Row, old: AggEntry | None, new: AggEntry, out: Output) -> None:
         # Rows are built only when the aggregate values changed (a MAX that a batch did

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 
 @contextmanager
 def collection_deferred() -> Iterator[None]:
-    """Pause the collector (if on) for the block; afterwards run the young collection the
+    """Pause the collector (if on) for the block; when it ends, run the collection the
     block put off, if one became due, so its cost counts where it was incurred."""
     collecting = gc.isenabled()
     if collecting:
@@ -27,5 +27,8 @@ def collection_deferred() -> Iterator[None]:
     finally:
         if collecting:
             gc.enable()
-            if gc.get_count()[0] > gc.get_threshold()[0]:
-                gc.collect(0)
+            # The first container allocated with the collector on runs the put-off
+            # collection, with CPython's own choice of generation (a forced gen-0 one
+            # each time would leave the older generations to allocations between
+            # packets, which a busy executor barely leaves room for).
+            _ = []

@@ -318,8 +318,16 @@ class State:
 
     def bucket_rows(self, fk: Row) -> list[Row]:
         """Every row of a filled key of a rows state, repeated by multiplicity."""
-        bucket = self._buckets[fk]
-        return [r for bag in bucket.values() for r, n in bag.items() for _ in range(n)]
+        # Published for every changed reader key after every packet: no range() per row.
+        out: list[Row] = []
+        add, extend = out.append, out.extend
+        for bag in self._buckets[fk].values():
+            for r, n in bag.items():
+                if n == 1:
+                    add(r)
+                elif n > 1:
+                    extend([r] * n)
+        return out
 
     # -- grouped states --------------------------------------------------------------
     def set_entry(self, fk: Row, group: Row, entry: Any, size: int) -> None:
