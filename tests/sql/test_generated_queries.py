@@ -275,6 +275,10 @@ def test_generated_queries_match_spark_and_sqlite(server, uniq, capsys):
                                           f"{sorted(map(repr, want))}")
                     counts["sqlite_checks"] += 1
             mirror.close()
+            if ROUNDS > 3:  # a long run: show progress (the counts so far) after each round
+                with capsys.disabled():
+                    print(f"\nround {rnd}: {dict(counts)}, mismatches {len(mismatches)}",
+                          flush=True)
             if rnd == ROUNDS:
                 break
             lsn = _write_round(c, rng, names, live)
