@@ -130,7 +130,9 @@ def compact_table(st: Storage, entry: TableEntry) -> dict[str, Any]:
         try:
             if not segs or (len(segs) == 1 and horizon == tm.horizon):
                 return _figures(len(segs), len(segs), rows_before, rows_before, tm.horizon, t0)
-            new = spark_compact(st.spark, entry.schema, table_dir, segs, horizon)
+            new = spark_compact(st.spark, entry.schema, table_dir, segs, horizon,
+                                cluster_by=st.clustering(entry.schema.name),
+                                row_group_rows=st.row_group_rows)
             with st._manifest_lock:
                 with st._lock:
                     alive = entry.id in st._live
