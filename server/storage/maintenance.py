@@ -33,6 +33,7 @@ def flush(st: Storage) -> None:
             # Every entry in the memtable is durable (appended together with _durable_lsn).
             work = {tid: list(ents) for tid, ents in st._mem.items() if ents}
             entries = st._catalog.by_id()
+            clustering = dict(st._clustering)
         new_segs = {}
         for tid, ents in work.items():
             entry = entries.get(tid)
@@ -43,7 +44,11 @@ def flush(st: Storage) -> None:
                 continue  # only empty writes
             table_dir = st._table_dir(entry.schema.name)
             table_dir.mkdir(parents=True, exist_ok=True)
-            new_segs[tid] = write_segment(table_dir, table)
+            # Sorted like compaction sorts (cheap at flush size), so a miss can skip row
+            # groups of fresh segments too once they are large.
+            new_segs[tid] = write_segment(
+                table_dir, table, clustering.get(entry.schema.name.lower(), ()),
+                st.row_group_rows)
         with st._lock:
             manifest = st._manifest.copy()
         for tid, seg in new_segs.items():

@@ -75,14 +75,26 @@ def _fsync_file(path: Path) -> None:
         os.close(fd)
 
 
-def write_segment(table_dir: Path, table: pa.Table) -> SegmentMeta:
-    """Write ``table`` (segment schema) as a new durable Parquet segment in ``table_dir``."""
+def write_segment(
+    table_dir: Path,
+    table: pa.Table,
+    cluster_by: Sequence[str] = (),
+    row_group_rows: int | None = None,
+) -> SegmentMeta:
+    """Write ``table`` (segment schema) as a new durable Parquet segment in ``table_dir``,
+    sorted by ``cluster_by`` (order within a segment carries no meaning: reads sum diffs
+    per row), in row groups of at most ``row_group_rows`` rows."""
+    if cluster_by:
+        try:
+            table = table.sort_by([(c, "ascending") for c in cluster_by])
+        except (pa.ArrowNotImplementedError, pa.ArrowInvalid, KeyError):
+            pass  # a column type Arrow can't sort: the order is only an optimisation
     lsn = table[LSN_COL]
     diff = table[DIFF_COL]
     min_lsn, max_lsn = int(pc.min(lsn).as_py()), int(pc.max(lsn).as_py())
     name = segment_name(min_lsn, max_lsn)
     tmp = table_dir / (name + ".tmp")
-    pq.write_table(table, tmp)
+    pq.write_table(table, tmp, row_group_size=row_group_rows)
     _fsync_file(tmp)
     os.replace(tmp, table_dir / name)
     fsync_dir(table_dir)

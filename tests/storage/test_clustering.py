@@ -98,3 +98,22 @@ def test_footprint_smaller_when_clustered(make_store, tmp_path) -> None:
         assert fa.bytes_scanned < fb.bytes_scanned <= fb.bytes_total
         # No filter: every row group.
         assert a.footprint("t").row_groups_scanned == fa.row_groups_total
+
+
+def test_flush_sorts_its_segment(make_store, tmp_path) -> None:
+    st = make_store(tmp_path / "f", row_group_rows=100)
+    st.create_table(BAG)
+    st.set_clustering({"t": ["s", "k"]})
+    rng = random.Random(5)
+    rows = [(rng.randrange(50), rng.choice(["b", "a", None]), 1.0, True) for _ in range(450)]
+    st.write("t", rows, [])
+    lsn = st.write("t", [], rows[:30])
+    st.flush()
+    path = the_segment(st)
+    meta = pq.ParquetFile(path).metadata
+    assert meta.num_row_groups == 5  # 480 rows in groups of 100
+    t = pq.read_table(path, columns=["s", "k"])
+    pairs = list(zip(t["s"].to_pylist(), t["k"].to_pylist(), strict=True))
+    # Sorted by s (NULLs last), then k.
+    assert pairs == sorted(pairs, key=lambda p: (p[0] is None, p[0] or "", p[1]))
+    assert rows_at(st, lsn) == Counter(rows[30:])
