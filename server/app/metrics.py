@@ -185,8 +185,11 @@ class EngineCollector(Collector):
             ("bytes_scanned", "Compressed bytes of the row groups upquery filters could not "
                               "skip (footer estimate)."),
         ):
-            name = "partialflow_upquery_scans" if key == "upqueries" else (
-                f"partialflow_upquery_{key}")
+            # (A counter's name gets "_total" appended: row_groups_total would read
+            # ..._total_total.)
+            name = {"upqueries": "partialflow_upquery_scans",
+                    "row_groups_total": "partialflow_upquery_row_groups_in_segments"}.get(
+                key, f"partialflow_upquery_{key}")
             yield from _counter(name, doc, scan.get(key))
         yield from _gauge(
             "partialflow_state_anomalies",

@@ -117,3 +117,20 @@ def test_flush_sorts_its_segment(make_store, tmp_path) -> None:
     # Sorted by s (NULLs last), then k.
     assert pairs == sorted(pairs, key=lambda p: (p[0] is None, p[0] or "", p[1]))
     assert rows_at(st, lsn) == Counter(rows[30:])
+
+
+def test_new_clustering_resorts_a_compacted_segment(make_store, tmp_path) -> None:
+    st = make_store(tmp_path / "r", row_group_rows=200)
+    lsns = build(st, seed=3)
+    st.compact("t")  # no views yet: merged, not sorted
+    before = rows_at(st, lsns[-1])
+    first = the_segment(st)
+    assert st.compact("t")["segments_before"] == 1  # nothing to do: left alone
+    assert the_segment(st) == first
+    st.set_clustering({"t": ["k"]})  # a view now keys on k: the next compaction sorts
+    st.compact("t")
+    path = the_segment(st)
+    assert path != first
+    keys = pq.read_table(path, columns=["k"])["k"].to_pylist()
+    assert keys == sorted(keys)
+    assert rows_at(st, lsns[-1]) == before
