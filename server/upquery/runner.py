@@ -135,7 +135,8 @@ class SparkUpqueryRunner:
                 results[st.sid] = [canonical_row(tuple(r)) for r in df.collect()]
         finally:
             _try(self.spark, "removeTag", tag)
-        self._record_scans(snapshot, scans)
+        if all(st.mode != "full" for st in fill.roots):  # a miss, not a view's full load
+            self._record_scans(snapshot, scans)
         return results
 
     def _record_scans(self, snapshot: Any, scans: Scans) -> None:
