@@ -135,9 +135,8 @@ def compact_table(st: Storage, entry: TableEntry) -> dict[str, Any]:
         try:
             cluster_by = st.clustering(entry.schema.name)
             # One segment already at the horizon is left alone, unless the views now want
-            # it clustered otherwise than its last compaction sorted it (unknown after a
-            # restart: then it is left alone too, rather than rewritten on every start).
-            resort = st._compacted_by.get(entry.id, cluster_by) != cluster_by
+            # it clustered otherwise than it is sorted (recorded in the manifest).
+            resort = len(segs) == 1 and bool(cluster_by) and segs[0].sorted_by != cluster_by
             if not segs or (len(segs) == 1 and horizon == tm.horizon and not resort):
                 return _figures(len(segs), len(segs), rows_before, rows_before, tm.horizon, t0)
             new = spark_compact(st.spark, entry.schema, table_dir, segs, horizon,
@@ -158,7 +157,6 @@ def compact_table(st: Storage, entry: TableEntry) -> dict[str, Any]:
                 with st._lock:
                     st._manifest = manifest
                     st._obsolete.update(paths)
-                    st._compacted_by[entry.id] = tuple(cluster_by)
                     st.counters["compactions"] += 1
             rows_after = (new.rows if new else 0) + sum(s.rows for s in rest)
             log.info("compacted %s: %d -> %d segments, horizon %d", entry.schema.name,

@@ -84,9 +84,11 @@ def write_segment(
     """Write ``table`` (segment schema) as a new durable Parquet segment in ``table_dir``,
     sorted by ``cluster_by`` (order within a segment carries no meaning: reads sum diffs
     per row), in row groups of at most ``row_group_rows`` rows."""
+    sorted_by: tuple[str, ...] = ()
     if cluster_by:
         try:
             table = table.sort_by([(c, "ascending") for c in cluster_by])
+            sorted_by = tuple(cluster_by)
         except (pa.ArrowNotImplementedError, pa.ArrowInvalid, KeyError):
             pass  # a column type Arrow can't sort: the order is only an optimisation
     lsn = table[LSN_COL]
@@ -100,7 +102,7 @@ def write_segment(
     fsync_dir(table_dir)
     return SegmentMeta(
         name, min_lsn, max_lsn, table.num_rows, bool(pc.min(diff).as_py() < 0),
-        int(pc.max(diff).as_py()),
+        int(pc.max(diff).as_py()), sorted_by,
     )
 
 
@@ -199,6 +201,6 @@ def spark_compact(
         _fsync_file(part)
         os.replace(part, table_dir / name)
         fsync_dir(table_dir)
-        return SegmentMeta(name, min_lsn, max_lsn, total, lo < 0, hi)
+        return SegmentMeta(name, min_lsn, max_lsn, total, lo < 0, hi, tuple(cluster_by))
     finally:
         shutil.rmtree(tmp_dir, ignore_errors=True)

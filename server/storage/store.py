@@ -89,7 +89,6 @@ class Storage(CatalogOps):
         # row groups of at most ``row_group_rows`` rows, so misses skip what cannot match.
         self.row_group_rows = int(row_group_rows)
         self._clustering: dict[str, tuple[str, ...]] = {}
-        self._compacted_by: dict[int, tuple[str, ...]] = {}  # table id -> last sort order
         self.tables_dir = self.data_dir / "tables"
         self.wal_dir = self.data_dir / "wal"
         self.catalog_path = self.data_dir / "catalog.json"

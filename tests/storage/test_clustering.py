@@ -134,3 +134,11 @@ def test_new_clustering_resorts_a_compacted_segment(make_store, tmp_path) -> Non
     keys = pq.read_table(path, columns=["k"])["k"].to_pylist()
     assert keys == sorted(keys)
     assert rows_at(st, lsns[-1]) == before
+    # The order is recorded in the manifest: after a restart with the same clustering,
+    # the segment is not rewritten again.
+    st.close()
+    st = make_store(tmp_path / "r", row_group_rows=200)
+    st.set_clustering({"t": ["k"]})
+    st.compact("t")
+    assert the_segment(st) == path
+    assert rows_at(st, lsns[-1]) == before
