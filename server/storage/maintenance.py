@@ -9,10 +9,10 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from partialflow.server.storage.catalog import TableEntry, TableManifest
+from partialflow.server.storage.catalog import Catalog, TableEntry, TableManifest
 from partialflow.server.storage.segments import entries_to_table, spark_compact, write_segment
 
 if TYPE_CHECKING:
@@ -104,6 +104,22 @@ def delete_files(st: Storage, paths: Iterable[str]) -> None:
                 os.rmdir(d)
             except OSError:
                 pass
+
+
+def resolve_clustering(
+    catalog: Catalog, columns: Mapping[str, Sequence[str]]
+) -> dict[str, tuple[str, ...]]:
+    """Clustering columns per lower-cased table name, in the schema's spelling; unknown
+    tables and columns dropped (views and tables change independently of storage)."""
+    out: dict[str, tuple[str, ...]] = {}
+    for table, cols in columns.items():
+        entry = catalog.tables.get(table.lower())
+        if entry is None:
+            continue
+        known = {c.lower(): c for c in entry.schema.column_names}
+        picked = [known[c.lower()] for c in cols if c.lower() in known]
+        out[entry.schema.name.lower()] = tuple(dict.fromkeys(picked))
+    return out
 
 
 def compact_table(st: Storage, entry: TableEntry) -> dict[str, Any]:

@@ -491,16 +491,8 @@ class Storage(CatalogOps):
         """Per table (any case), the columns to cluster its segments by, most used first:
         the engine passes what the live views' misses filter on. Unknown tables and columns
         are ignored; the next compaction of each table sorts by them."""
-        out: dict[str, tuple[str, ...]] = {}
         with self._lock:
-            for table, cols in columns.items():
-                entry = self._catalog.tables.get(table.lower())
-                if entry is None:
-                    continue
-                known = {c.lower(): c for c in entry.schema.column_names}
-                picked = [known[c.lower()] for c in cols if c.lower() in known]
-                out[entry.schema.name.lower()] = tuple(dict.fromkeys(picked))
-            self._clustering = out
+            self._clustering = maintenance.resolve_clustering(self._catalog, columns)
 
     def clustering(self, table: str) -> tuple[str, ...]:
         """The columns ``table``'s next compaction sorts by (empty: no views key on it)."""
