@@ -28,6 +28,9 @@ def test_views_choose_clustering_and_explain_shows_it(server, uniq):
         assert "product" in visit_line and "usr" in visit_line, visit_line
         info_line = next(line for line in text.splitlines() if f"table {p}info" in line)
         assert "clustered by (category" in info_line, info_line
+        # The EXPLAIN statement shows the same lines.
+        plan = [row[0] for row in c.execute(f"EXPLAIN {p}v").rows]
+        assert info_line in plan and visit_line in plan
         clustering = c.stats()["storage"]["clustering"]
         assert clustering[f"{p}info"][0] == "category"
         assert set(clustering[f"{p}visit"]) == {"product", "usr"}
