@@ -298,6 +298,9 @@ def _stats_dict(message: pb.StatsResponse) -> dict[str, Any]:
         stats["upquery_ms"] = {}
     if not stats["memory_limit"]:
         stats["memory_limit"] = None  # 0 on the wire means no limit
+    storage = stats.get("storage") or {}
+    if "clustering" in storage:  # table -> its columns, as the server keeps them
+        storage["clustering"] = {t: c["columns"] for t, c in storage["clustering"].items()}
     return stats
 
 

@@ -194,7 +194,7 @@ class Percentiles(_message.Message):
     def __init__(self, p50: _Optional[float] = ..., p90: _Optional[float] = ..., p99: _Optional[float] = ..., count: _Optional[int] = ...) -> None: ...
 
 class StorageStats(_message.Message):
-    __slots__ = ("lsn", "flushed_lsn", "index_lsn", "horizon", "segments", "memtable_rows", "flushes", "compactions", "fsyncs", "wal_bytes", "wal_files", "pinned_snapshots")
+    __slots__ = ("lsn", "flushed_lsn", "index_lsn", "horizon", "segments", "memtable_rows", "flushes", "compactions", "fsyncs", "wal_bytes", "wal_files", "pinned_snapshots", "clustering")
     class HorizonEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -209,6 +209,13 @@ class StorageStats(_message.Message):
         key: str
         value: int
         def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    class ClusteringEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: ClusterColumns
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[ClusterColumns, _Mapping]] = ...) -> None: ...
     LSN_FIELD_NUMBER: _ClassVar[int]
     FLUSHED_LSN_FIELD_NUMBER: _ClassVar[int]
     INDEX_LSN_FIELD_NUMBER: _ClassVar[int]
@@ -221,6 +228,7 @@ class StorageStats(_message.Message):
     WAL_BYTES_FIELD_NUMBER: _ClassVar[int]
     WAL_FILES_FIELD_NUMBER: _ClassVar[int]
     PINNED_SNAPSHOTS_FIELD_NUMBER: _ClassVar[int]
+    CLUSTERING_FIELD_NUMBER: _ClassVar[int]
     lsn: int
     flushed_lsn: int
     index_lsn: int
@@ -233,7 +241,50 @@ class StorageStats(_message.Message):
     wal_bytes: int
     wal_files: int
     pinned_snapshots: int
-    def __init__(self, lsn: _Optional[int] = ..., flushed_lsn: _Optional[int] = ..., index_lsn: _Optional[int] = ..., horizon: _Optional[_Mapping[str, int]] = ..., segments: _Optional[_Mapping[str, int]] = ..., memtable_rows: _Optional[int] = ..., flushes: _Optional[int] = ..., compactions: _Optional[int] = ..., fsyncs: _Optional[int] = ..., wal_bytes: _Optional[int] = ..., wal_files: _Optional[int] = ..., pinned_snapshots: _Optional[int] = ...) -> None: ...
+    clustering: _containers.MessageMap[str, ClusterColumns]
+    def __init__(self, lsn: _Optional[int] = ..., flushed_lsn: _Optional[int] = ..., index_lsn: _Optional[int] = ..., horizon: _Optional[_Mapping[str, int]] = ..., segments: _Optional[_Mapping[str, int]] = ..., memtable_rows: _Optional[int] = ..., flushes: _Optional[int] = ..., compactions: _Optional[int] = ..., fsyncs: _Optional[int] = ..., wal_bytes: _Optional[int] = ..., wal_files: _Optional[int] = ..., pinned_snapshots: _Optional[int] = ..., clustering: _Optional[_Mapping[str, ClusterColumns]] = ...) -> None: ...
+
+class ClusterColumns(_message.Message):
+    __slots__ = ("columns",)
+    COLUMNS_FIELD_NUMBER: _ClassVar[int]
+    columns: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, columns: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class UpqueryScan(_message.Message):
+    __slots__ = ("row_groups_scanned", "row_groups_total", "bytes_scanned", "bytes_total")
+    ROW_GROUPS_SCANNED_FIELD_NUMBER: _ClassVar[int]
+    ROW_GROUPS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    BYTES_SCANNED_FIELD_NUMBER: _ClassVar[int]
+    BYTES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    row_groups_scanned: int
+    row_groups_total: int
+    bytes_scanned: int
+    bytes_total: int
+    def __init__(self, row_groups_scanned: _Optional[int] = ..., row_groups_total: _Optional[int] = ..., bytes_scanned: _Optional[int] = ..., bytes_total: _Optional[int] = ...) -> None: ...
+
+class UpqueryScanStats(_message.Message):
+    __slots__ = ("upqueries", "row_groups_scanned", "row_groups_total", "bytes_scanned", "bytes_total", "row_groups_scanned_per_upquery", "row_groups_total_per_upquery", "bytes_scanned_per_upquery", "bytes_total_per_upquery", "last")
+    UPQUERIES_FIELD_NUMBER: _ClassVar[int]
+    ROW_GROUPS_SCANNED_FIELD_NUMBER: _ClassVar[int]
+    ROW_GROUPS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    BYTES_SCANNED_FIELD_NUMBER: _ClassVar[int]
+    BYTES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    ROW_GROUPS_SCANNED_PER_UPQUERY_FIELD_NUMBER: _ClassVar[int]
+    ROW_GROUPS_TOTAL_PER_UPQUERY_FIELD_NUMBER: _ClassVar[int]
+    BYTES_SCANNED_PER_UPQUERY_FIELD_NUMBER: _ClassVar[int]
+    BYTES_TOTAL_PER_UPQUERY_FIELD_NUMBER: _ClassVar[int]
+    LAST_FIELD_NUMBER: _ClassVar[int]
+    upqueries: int
+    row_groups_scanned: int
+    row_groups_total: int
+    bytes_scanned: int
+    bytes_total: int
+    row_groups_scanned_per_upquery: float
+    row_groups_total_per_upquery: float
+    bytes_scanned_per_upquery: float
+    bytes_total_per_upquery: float
+    last: UpqueryScan
+    def __init__(self, upqueries: _Optional[int] = ..., row_groups_scanned: _Optional[int] = ..., row_groups_total: _Optional[int] = ..., bytes_scanned: _Optional[int] = ..., bytes_total: _Optional[int] = ..., row_groups_scanned_per_upquery: _Optional[float] = ..., row_groups_total_per_upquery: _Optional[float] = ..., bytes_scanned_per_upquery: _Optional[float] = ..., bytes_total_per_upquery: _Optional[float] = ..., last: _Optional[_Union[UpqueryScan, _Mapping]] = ...) -> None: ...
 
 class WriteStats(_message.Message):
     __slots__ = ("writes", "rows_inserted", "rows_deleted", "loads", "load_rows")
@@ -334,7 +385,7 @@ class CheckpointStats(_message.Message):
     def __init__(self, enabled: _Optional[bool] = ..., interval_s: _Optional[float] = ..., taken: _Optional[int] = ..., failed: _Optional[int] = ..., last_error: _Optional[str] = ..., compactions: _Optional[int] = ..., last_seq: _Optional[int] = ..., last_lsn: _Optional[int] = ..., last_kind: _Optional[str] = ..., last_bytes: _Optional[int] = ..., last_duration_s: _Optional[float] = ..., last_age_s: _Optional[float] = ..., chain_files: _Optional[int] = ..., chain_bytes: _Optional[int] = ..., recovered_from: _Optional[int] = ..., recovered_lsn: _Optional[int] = ..., recovered_keys: _Optional[int] = ..., replayed_writes: _Optional[int] = ..., cold_views: _Optional[_Iterable[str]] = ..., recovery_s: _Optional[float] = ...) -> None: ...
 
 class StatsResponse(_message.Message):
-    __slots__ = ("lsn", "applied_lsn", "memory_limit", "memory_bytes", "partial_bytes", "full_bytes", "views", "upquery_ms", "spark_jobs", "state_anomalies", "counters", "storage", "writes", "verifier", "checkpoint")
+    __slots__ = ("lsn", "applied_lsn", "memory_limit", "memory_bytes", "partial_bytes", "full_bytes", "views", "upquery_ms", "spark_jobs", "state_anomalies", "counters", "storage", "writes", "verifier", "checkpoint", "upquery_scan")
     class ViewsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -364,6 +415,7 @@ class StatsResponse(_message.Message):
     WRITES_FIELD_NUMBER: _ClassVar[int]
     VERIFIER_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    UPQUERY_SCAN_FIELD_NUMBER: _ClassVar[int]
     lsn: int
     applied_lsn: int
     memory_limit: int
@@ -379,7 +431,8 @@ class StatsResponse(_message.Message):
     writes: WriteStats
     verifier: VerifierStats
     checkpoint: CheckpointStats
-    def __init__(self, lsn: _Optional[int] = ..., applied_lsn: _Optional[int] = ..., memory_limit: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., partial_bytes: _Optional[int] = ..., full_bytes: _Optional[int] = ..., views: _Optional[_Mapping[str, ViewStats]] = ..., upquery_ms: _Optional[_Union[Percentiles, _Mapping]] = ..., spark_jobs: _Optional[int] = ..., state_anomalies: _Optional[int] = ..., counters: _Optional[_Mapping[str, int]] = ..., storage: _Optional[_Union[StorageStats, _Mapping]] = ..., writes: _Optional[_Union[WriteStats, _Mapping]] = ..., verifier: _Optional[_Union[VerifierStats, _Mapping]] = ..., checkpoint: _Optional[_Union[CheckpointStats, _Mapping]] = ...) -> None: ...
+    upquery_scan: UpqueryScanStats
+    def __init__(self, lsn: _Optional[int] = ..., applied_lsn: _Optional[int] = ..., memory_limit: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., partial_bytes: _Optional[int] = ..., full_bytes: _Optional[int] = ..., views: _Optional[_Mapping[str, ViewStats]] = ..., upquery_ms: _Optional[_Union[Percentiles, _Mapping]] = ..., spark_jobs: _Optional[int] = ..., state_anomalies: _Optional[int] = ..., counters: _Optional[_Mapping[str, int]] = ..., storage: _Optional[_Union[StorageStats, _Mapping]] = ..., writes: _Optional[_Union[WriteStats, _Mapping]] = ..., verifier: _Optional[_Union[VerifierStats, _Mapping]] = ..., checkpoint: _Optional[_Union[CheckpointStats, _Mapping]] = ..., upquery_scan: _Optional[_Union[UpqueryScanStats, _Mapping]] = ...) -> None: ...
 
 class ExplainRequest(_message.Message):
     __slots__ = ("view",)

@@ -112,6 +112,7 @@ class Engine:
                 index_prefetch=config.index_prefetch,
             )
             self.dataflow.start()
+            self._recluster()  # the recovered views choose how segments are clustered
             self.verifier = attach_verifier(
                 self.storage,
                 self.dataflow,
@@ -142,6 +143,12 @@ class Engine:
                 self.dataflow.close()
         finally:
             self.storage.close()
+
+    def _recluster(self) -> None:
+        """Tell storage which columns to cluster each table's segments by: those the live
+        views' misses filter on (plain data: storage must not know the dataflow)."""
+        if self.dataflow is not None:
+            self.storage.set_clustering(self.dataflow.clustering())
 
     def _views(self) -> Any:
         if self.dataflow is None:
@@ -219,6 +226,7 @@ class Engine:
         except AlreadyExists:
             if not node.args.get("exists"):
                 raise
+        self._recluster()
         return self._done()
 
     def _drop(self, node: exp.Drop) -> ResultSet:
@@ -233,6 +241,7 @@ class Engine:
         try:
             if kind == "VIEW":
                 self._views().drop_view(name)
+                self._recluster()
             else:
                 if self.dataflow is not None:
                     self.dataflow.check_drop_table(name)

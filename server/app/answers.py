@@ -90,6 +90,11 @@ def stats_message(stats: Mapping[str, Any]) -> pb.StatsResponse:
         out.storage.horizon[table] = horizon
     for table, count in (storage.get("segments") or {}).items():
         out.storage.segments[table] = count
+    for table, columns in (storage.get("clustering") or {}).items():
+        out.storage.clustering[table].columns.extend(columns)
+    scan = stats.get("upquery_scan") or {}
+    _scalars(out.upquery_scan, scan)
+    _scalars(out.upquery_scan.last, scan.get("last") or {})
     _scalars(out.writes, stats.get("writes") or {})
     verifier = stats.get("verifier")
     if verifier is not None:

@@ -57,6 +57,7 @@ _NOT_EVENTS = {
     "spark_jobs",
     "busy_ns",
     "state_anomalies",
+    "upquery_scan",
 }
 
 
@@ -173,6 +174,23 @@ class EngineCollector(Collector):
                 "Time the executor spent on packets.",
                 value=busy / 1e9,
             )
+        # Footer estimates of what upqueries' key filters can touch (not Spark's input
+        # metrics): divide by partialflow_upquery_scans for a per-miss figure.
+        scan = stats.get("upquery_scan") or {}
+        for key, doc in (
+            ("upqueries", "Upqueries whose base-segment footprint was estimated."),
+            ("row_groups_scanned", "Parquet row groups upquery filters could not skip "
+                                   "(footer min/max estimate)."),
+            ("row_groups_total", "Parquet row groups of the segments upqueries scanned."),
+            ("bytes_scanned", "Compressed bytes of the row groups upquery filters could not "
+                              "skip (footer estimate)."),
+        ):
+            # (A counter's name gets "_total" appended: row_groups_total would read
+            # ..._total_total.)
+            name = {"upqueries": "partialflow_upquery_scans",
+                    "row_groups_total": "partialflow_upquery_row_groups_in_segments"}.get(
+                key, f"partialflow_upquery_{key}")
+            yield from _counter(name, doc, scan.get(key))
         yield from _gauge(
             "partialflow_state_anomalies",
             "State consistency anomalies seen.",

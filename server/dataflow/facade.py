@@ -442,6 +442,11 @@ class Dataflow:
         with self.executor.lock:
             return self.graph.explain(reader.name), self.graph.dot(reader.name)
 
+    def clustering(self) -> dict[str, list[str]]:
+        """Per base table, the columns the live views' misses filter on (Graph.clustering)."""
+        with self.executor.lock:
+            return self.graph.clustering()
+
     def stats(self) -> dict:
         ex = self.executor
         with ex.lock:
@@ -467,6 +472,10 @@ class Dataflow:
                 "views": views,
                 "upquery_ms": ex.stats.upquery_percentiles(),
                 "spark_jobs": self.runner.jobs,
+                # Per-upquery footprint on the base segments (footer estimate), if the
+                # runner measures it (the Spark runner does; test fakes may not).
+                **({"upquery_scan": self.runner.scan_stats()}
+                   if hasattr(self.runner, "scan_stats") else {}),
                 "fills_in_flight": len(ex.fills.active),
                 "state_anomalies": sum(st.anomalies for st in ev.states.values()),
                 **self.subscriptions.stats(),

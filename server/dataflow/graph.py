@@ -233,6 +233,35 @@ class Graph:
             found = self._above[node.nid] = list(seen.values())
         return found
 
+    def clustering(self) -> dict[str, list[str]]:
+        """Per base table, the columns partial states' fill keys trace down to, most used
+        first: what a miss filters on, so what compaction should sort segments by.
+
+        Every partial (filled per key) and evict-on-miss (filled per join key) state
+        counts: its fill key is traced through the operators below it, as the upquery
+        layer traces keys to push filters (``upquery.state_plans._base_filters``). Only the
+        first column of each traced key counts: a sort helps pruning on its leading column."""
+        uses: dict[str, dict[str, int]] = {}
+        seen: set[int] = set()
+        for node in self.nodes.values():
+            for st in states_of(node):
+                if st.mode == "full" or not st.partial_cols or st.sid in seen:
+                    continue
+                seen.add(st.sid)
+                if st.kind == "grouped":
+                    assert node.op is not None
+                    below = mz.trace(node.op, st.partial_cols, 0)
+                    parent = node.parents[0]
+                else:
+                    side = 0 if node.view is not None else next(
+                        s for s, x in node.sides.items() if x is st)
+                    below, parent = tuple(st.partial_cols), node.parents[side]
+                for table, col in _base_columns(parent, below):
+                    per = uses.setdefault(table, {})
+                    per[col] = per.get(col, 0) + 1
+        # Most used first; ties by name so the choice does not depend on view order.
+        return {t: sorted(c, key=lambda k: (-c[k], k)) for t, c in sorted(uses.items())}
+
     def users_of_table(self, table: str) -> list[str]:
         node = self.bases.get(table)
         return sorted(node.users) if node else []
@@ -242,10 +271,14 @@ class Graph:
         """The view's operator tree; ``live`` adds each state's filled keys and bytes."""
         reader = self.readers[name]
         lines: list[str] = []
+        clustered = self.clustering()
 
         def walk(n: Node, depth: int) -> None:
             pad = "  " * depth
-            lines.append(f"{pad}{n.label()}  [n{n.nid}]")
+            line = f"{pad}{n.label()}  [n{n.nid}]"
+            if n.table is not None and clustered.get(n.table):
+                line += f"  clustered by ({', '.join(clustered[n.table])})"
+            lines.append(line)
             for st in states_of(n):
                 lines.append(f"{pad}  └ {st.describe(live)}")
                 if st.reason:
@@ -276,3 +309,20 @@ class Graph:
         walk(reader.node)
         out.append("}")
         return "\n".join(out)
+
+
+def _base_columns(node: Node, cols: mz.Req) -> list[tuple[str, str]]:
+    """(table, column) pairs the leading key column ``cols[0]`` of ``node``'s output traces
+    to, through every parent it is copied from (both sides of a join key, say)."""
+    if not cols:
+        return []
+    if node.table is not None:
+        return [(node.table, node.columns[cols[0]])]
+    if node.op is None:
+        return []
+    out: list[tuple[str, str]] = []
+    for p, parent in enumerate(node.parents):
+        mapped = mz.trace(node.op, cols[:1], p)
+        if mapped is not None:
+            out.extend(_base_columns(parent, mapped))
+    return out

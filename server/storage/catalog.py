@@ -84,9 +84,12 @@ class SegmentMeta:
     rows: int
     neg: bool  # holds a row with _diff < 0 (so reads must consolidate)
     max_diff: int  # largest _diff (> 1 after compaction merged duplicates)
+    # The columns its rows are sorted by (clustering); () when unsorted. Compaction
+    # rewrites a lone segment whose order is not the one the views now want.
+    sorted_by: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "file": self.file,
             "min_lsn": self.min_lsn,
             "max_lsn": self.max_lsn,
@@ -94,12 +97,15 @@ class SegmentMeta:
             "neg": self.neg,
             "max_diff": self.max_diff,
         }
+        if self.sorted_by:  # absent when unsorted: manifests without it read the same
+            out["sorted_by"] = list(self.sorted_by)
+        return out
 
     @staticmethod
     def from_json(o: dict[str, Any]) -> SegmentMeta:
         return SegmentMeta(
             o["file"], int(o["min_lsn"]), int(o["max_lsn"]), int(o["rows"]), bool(o["neg"]),
-            int(o["max_diff"]),
+            int(o["max_diff"]), tuple(str(c) for c in o.get("sorted_by") or ()),
         )
 
 

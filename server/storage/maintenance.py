@@ -9,10 +9,10 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from partialflow.server.storage.catalog import TableEntry, TableManifest
+from partialflow.server.storage.catalog import Catalog, TableEntry, TableManifest
 from partialflow.server.storage.segments import entries_to_table, spark_compact, write_segment
 
 if TYPE_CHECKING:
@@ -33,6 +33,7 @@ def flush(st: Storage) -> None:
             # Every entry in the memtable is durable (appended together with _durable_lsn).
             work = {tid: list(ents) for tid, ents in st._mem.items() if ents}
             entries = st._catalog.by_id()
+            clustering = dict(st._clustering)
         new_segs = {}
         for tid, ents in work.items():
             entry = entries.get(tid)
@@ -43,7 +44,11 @@ def flush(st: Storage) -> None:
                 continue  # only empty writes
             table_dir = st._table_dir(entry.schema.name)
             table_dir.mkdir(parents=True, exist_ok=True)
-            new_segs[tid] = write_segment(table_dir, table)
+            # Sorted like compaction sorts (cheap at flush size), so a miss can skip row
+            # groups of fresh segments too once they are large.
+            new_segs[tid] = write_segment(
+                table_dir, table, clustering.get(entry.schema.name.lower(), ()),
+                st.row_group_rows)
         with st._lock:
             manifest = st._manifest.copy()
         for tid, seg in new_segs.items():
@@ -101,6 +106,22 @@ def delete_files(st: Storage, paths: Iterable[str]) -> None:
                 pass
 
 
+def resolve_clustering(
+    catalog: Catalog, columns: Mapping[str, Sequence[str]]
+) -> dict[str, tuple[str, ...]]:
+    """Clustering columns per lower-cased table name, in the schema's spelling; unknown
+    tables and columns dropped (views and tables change independently of storage)."""
+    out: dict[str, tuple[str, ...]] = {}
+    for table, cols in columns.items():
+        entry = catalog.tables.get(table.lower())
+        if entry is None:
+            continue
+        known = {c.lower(): c for c in entry.schema.column_names}
+        picked = [known[c.lower()] for c in cols if c.lower() in known]
+        out[entry.schema.name.lower()] = tuple(dict.fromkeys(picked))
+    return out
+
+
 def compact_table(st: Storage, entry: TableEntry) -> dict[str, Any]:
     """Merge all segments of one table with Spark, consolidating rows up to the horizon.
 
@@ -128,9 +149,14 @@ def compact_table(st: Storage, entry: TableEntry) -> dict[str, Any]:
         rows_before = sum(s.rows for s in segs)
         delete_files(st, doomed_early)
         try:
-            if not segs or (len(segs) == 1 and horizon == tm.horizon):
+            cluster_by = st.clustering(entry.schema.name)
+            # One segment already at the horizon is left alone, unless the views now want
+            # it clustered otherwise than it is sorted (recorded in the manifest).
+            resort = len(segs) == 1 and bool(cluster_by) and segs[0].sorted_by != cluster_by
+            if not segs or (len(segs) == 1 and horizon == tm.horizon and not resort):
                 return _figures(len(segs), len(segs), rows_before, rows_before, tm.horizon, t0)
-            new = spark_compact(st.spark, entry.schema, table_dir, segs, horizon)
+            new = spark_compact(st.spark, entry.schema, table_dir, segs, horizon,
+                                cluster_by=cluster_by, row_group_rows=st.row_group_rows)
             with st._manifest_lock:
                 with st._lock:
                     alive = entry.id in st._live

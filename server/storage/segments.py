@@ -75,20 +75,34 @@ def _fsync_file(path: Path) -> None:
         os.close(fd)
 
 
-def write_segment(table_dir: Path, table: pa.Table) -> SegmentMeta:
-    """Write ``table`` (segment schema) as a new durable Parquet segment in ``table_dir``."""
+def write_segment(
+    table_dir: Path,
+    table: pa.Table,
+    cluster_by: Sequence[str] = (),
+    row_group_rows: int | None = None,
+) -> SegmentMeta:
+    """Write ``table`` (segment schema) as a new durable Parquet segment in ``table_dir``,
+    sorted by ``cluster_by`` (order within a segment carries no meaning: reads sum diffs
+    per row), in row groups of at most ``row_group_rows`` rows."""
+    sorted_by: tuple[str, ...] = ()
+    if cluster_by:
+        try:
+            table = table.sort_by([(c, "ascending") for c in cluster_by])
+            sorted_by = tuple(cluster_by)
+        except (pa.ArrowNotImplementedError, pa.ArrowInvalid, KeyError):
+            pass  # a column type Arrow can't sort: the order is only an optimisation
     lsn = table[LSN_COL]
     diff = table[DIFF_COL]
     min_lsn, max_lsn = int(pc.min(lsn).as_py()), int(pc.max(lsn).as_py())
     name = segment_name(min_lsn, max_lsn)
     tmp = table_dir / (name + ".tmp")
-    pq.write_table(table, tmp)
+    pq.write_table(table, tmp, row_group_size=row_group_rows)
     _fsync_file(tmp)
     os.replace(tmp, table_dir / name)
     fsync_dir(table_dir)
     return SegmentMeta(
         name, min_lsn, max_lsn, table.num_rows, bool(pc.min(diff).as_py() < 0),
-        int(pc.max(diff).as_py()),
+        int(pc.max(diff).as_py()), sorted_by,
     )
 
 
@@ -116,12 +130,23 @@ def read_segments(spark: SparkSession, schema: TableSchema, paths: Sequence[str]
     return spark.read.schema(schema.segment_spark_schema()).parquet(*paths)
 
 
+# Row groups of a compacted segment: at most this many rows (and at most ROW_GROUP_BYTES
+# buffered). Sorted by the clustering columns, a miss on one key reads the one or two row
+# groups whose min/max can hold it; Spark's Parquet pushdown skips the rest from the footer.
+# 64Ki rows is a few MB of decoded data per miss, while a 50M-row table still has under
+# 800 row groups (footers of a few hundred KB), and groups stay big enough to compress well.
+ROW_GROUP_ROWS = 1 << 16
+ROW_GROUP_BYTES = 8 << 20
+
+
 def spark_compact(
     spark: SparkSession,
     schema: TableSchema,
     table_dir: Path,
     inputs: Sequence[SegmentMeta],
     horizon: int,
+    cluster_by: Sequence[str] = (),
+    row_group_rows: int = ROW_GROUP_ROWS,
 ) -> SegmentMeta | None:
     """Merge ``inputs`` into one segment, consolidating rows with ``_lsn <= horizon``.
 
@@ -129,6 +154,10 @@ def spark_compact(
     insert and its delete both older than the horizon cancel). Newer rows are copied as they
     are, so every read as of an LSN >= horizon sees exactly what it saw before. Returns the
     new segment, or None if nothing survives.
+
+    ``cluster_by`` (table columns, most used first) sorts the merged rows: only their order
+    in the file changes, never the rows, their ``_lsn`` or their ``_diff`` (every read sums
+    diffs per row, so order within a segment carries no meaning).
     """
     cols = list(schema.column_names)
     df = read_segments(spark, schema, [str(table_dir / s.file) for s in inputs])
@@ -144,8 +173,13 @@ def spark_compact(
     try:
         # One file, but several row groups: Spark splits a scan of a big segment by row
         # group, so both cores (or a cluster) share it.
-        old.unionByName(new).coalesce(1).write.option("parquet.block.size", 8 << 20).parquet(
-            str(tmp_dir)
+        merged = old.unionByName(new).coalesce(1)
+        if cluster_by:
+            merged = merged.sortWithinPartitions(*cluster_by)
+        (
+            merged.write.option("parquet.block.size", ROW_GROUP_BYTES)
+            .option("parquet.block.row.count.limit", int(row_group_rows))
+            .parquet(str(tmp_dir))
         )
         parts = sorted(
             p for p in tmp_dir.iterdir() if p.name.startswith("part-") and p.suffix == ".parquet"
@@ -167,6 +201,6 @@ def spark_compact(
         _fsync_file(part)
         os.replace(part, table_dir / name)
         fsync_dir(table_dir)
-        return SegmentMeta(name, min_lsn, max_lsn, total, lo < 0, hi)
+        return SegmentMeta(name, min_lsn, max_lsn, total, lo < 0, hi, tuple(cluster_by))
     finally:
         shutil.rmtree(tmp_dir, ignore_errors=True)

@@ -23,6 +23,7 @@ from pyspark.sql import functions as F
 
 from partialflow.server.errors import FailedPrecondition, NotFound
 from partialflow.server.storage.catalog import SegmentMeta
+from partialflow.server.storage.footprint import Footprint, footprint
 from partialflow.server.storage.schema import DIFF_COL, LSN_COL, TableSchema, coerce_filter_values
 from partialflow.server.storage.segments import (
     MemEntry,
@@ -123,6 +124,16 @@ class Snapshot:
         if df is None:
             return self._storage.spark.createDataFrame([], tv.schema.segment_spark_schema())
         return df.select(*tv.schema.column_names, LSN_COL, DIFF_COL)
+
+    def footprint(
+        self, name: str, filters: Mapping[str, Sequence[Any]] | None = None
+    ) -> Footprint:
+        """Row groups and bytes of the table's segments a scan with ``filters`` cannot skip
+        by Parquet footer statistics (an estimate: see ``footprint.py``)."""
+        tv = self.table_view(name)
+        resolved = dict(coerce_filter_values(tv.schema, c, v) for c, v in (filters or {}).items())
+        paths = [str(tv.table_dir / s.file) for s in tv.segments if s.min_lsn <= self.lsn]
+        return footprint(paths, resolved)
 
     def _stored(
         self, tv: TableView, filters: Mapping[str, Sequence[Any]] | None

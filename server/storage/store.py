@@ -26,7 +26,7 @@ import threading
 import time
 from bisect import bisect_right
 from collections import Counter, deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
@@ -42,7 +42,7 @@ from partialflow.server.storage.query import parse_select, run_query
 from partialflow.server.storage.record import Overlay, Pending, WriteRecord, fmt_key
 from partialflow.server.storage.rowindex import RowIndex, key_hashes, row_hashes
 from partialflow.server.storage.schema import coerce_rows
-from partialflow.server.storage.segments import MemEntry
+from partialflow.server.storage.segments import ROW_GROUP_ROWS, MemEntry
 from partialflow.server.storage.snapshot import Snapshot, TableView
 from partialflow.server.storage.wal import WalWriter, list_wal_files
 
@@ -71,6 +71,7 @@ class Storage(CatalogOps):
         wal_rotate_bytes: int = 64 << 20,
         max_index_backlog: int = 2_000_000,
         wal_hold: int | None = None,
+        row_group_rows: int = ROW_GROUP_ROWS,
     ) -> None:
         self.data_dir = Path(data_dir).absolute()
         self.spark = spark
@@ -84,6 +85,10 @@ class Storage(CatalogOps):
         # checkpoints recover by replaying them (``hold_wal``). Set before the threads
         # start, so a restart can't truncate what the newest checkpoint needs.
         self.wal_hold = wal_hold
+        # Compaction sorts each table's segments by these columns (``set_clustering``), in
+        # row groups of at most ``row_group_rows`` rows, so misses skip what cannot match.
+        self.row_group_rows = int(row_group_rows)
+        self._clustering: dict[str, tuple[str, ...]] = {}
         self.tables_dir = self.data_dir / "tables"
         self.wal_dir = self.data_dir / "wal"
         self.catalog_path = self.data_dir / "catalog.json"
@@ -482,6 +487,18 @@ class Storage(CatalogOps):
         }
         return {**total, "seconds": round(time.monotonic() - t0, 3), "tables": per}
 
+    def set_clustering(self, columns: Mapping[str, Sequence[str]]) -> None:
+        """Per table (any case), the columns to cluster its segments by, most used first:
+        the engine passes what the live views' misses filter on. Unknown tables and columns
+        are ignored; the next compaction of each table sorts by them."""
+        with self._lock:
+            self._clustering = maintenance.resolve_clustering(self._catalog, columns)
+
+    def clustering(self, table: str) -> tuple[str, ...]:
+        """The columns ``table``'s next compaction sorts by (empty: no views key on it)."""
+        with self._lock:
+            return self._clustering.get(table.lower(), ())
+
     def stats(self) -> dict:
         """Figures for monitoring and tests."""
         with self._lock:
@@ -503,6 +520,7 @@ class Storage(CatalogOps):
                 "wal_bytes": wal.total_bytes if wal else 0,
                 "wal_files": wal.file_count if wal else 0,
                 "pinned_snapshots": sum(self._pins.values()),
+                "clustering": {t: list(c) for t, c in sorted(self._clustering.items()) if c},
             }
 
 

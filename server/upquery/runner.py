@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -25,7 +26,7 @@ from partialflow.operators.values import canonical_row
 from partialflow.server.dataflow.fill import Fill
 from partialflow.server.dataflow.runner import BoundReply, FillResults, Reply
 from partialflow.server.upquery.faults import FaultInjector
-from partialflow.server.upquery.state_plans import state_frame
+from partialflow.server.upquery.state_plans import Scans, state_frame
 
 log = logging.getLogger("partialflow.upquery")
 
@@ -47,6 +48,10 @@ class SparkUpqueryRunner:
         # Index fills waiting, per root states, and the root states a worker is draining.
         self._index_queue: dict[tuple[int, ...], list[tuple[Fill, Any, Reply]]] = {}
         self._draining: set[tuple[int, ...]] = set()
+        # The per-miss footprint (``scan_stats``): how much of the base segments each
+        # upquery's pushed-down filter can touch, estimated from Parquet footers.
+        self._scan = Counter[str]()
+        self._last_scan: dict[str, int] = {}
 
     @property
     def jobs(self) -> int:
@@ -122,14 +127,54 @@ class SparkUpqueryRunner:
         tag = _tag_of(fill)
         _try(self.spark, "addTag", tag)
         try:
+            scans: Scans = []
             for st in fill.roots:
-                df = state_frame(st, fill.keys[st], snapshot, {})
+                df = state_frame(st, fill.keys[st], snapshot, {}, scans)
                 with self._jobs_lock:
                     self._jobs += 1
                 results[st.sid] = [canonical_row(tuple(r)) for r in df.collect()]
         finally:
             _try(self.spark, "removeTag", tag)
+        if all(st.mode != "full" for st in fill.roots):  # a miss, not a view's full load
+            self._record_scans(snapshot, scans)
         return results
+
+    def _record_scans(self, snapshot: Any, scans: Scans) -> None:
+        """Add one upquery's footprint: the row groups and bytes of the base segments its
+        pushed-down filters cannot skip by footer min/max (an estimate, not Spark's
+        input metrics). Never fails the upquery: it is only a figure."""
+        try:
+            fp = None
+            for table, filters in scans:
+                one = snapshot.footprint(table, filters)
+                fp = one if fp is None else fp + one
+        except Exception:
+            log.debug("upquery footprint failed", exc_info=True)
+            return
+        if fp is None:
+            return
+        last = {
+            "row_groups_scanned": fp.row_groups_scanned,
+            "row_groups_total": fp.row_groups_total,
+            "bytes_scanned": fp.bytes_scanned,
+            "bytes_total": fp.bytes_total,
+        }
+        with self._jobs_lock:
+            self._scan["upqueries"] += 1
+            self._scan.update(last)
+            self._last_scan = last
+
+    def scan_stats(self) -> dict[str, Any]:
+        """Totals over all measured upqueries, the per-upquery means and the last one."""
+        with self._jobs_lock:
+            total = dict(self._scan)
+            last = dict(self._last_scan)
+        n = total.get("upqueries", 0)
+        per = {
+            f"{k}_per_upquery": round(total.get(k, 0) / n, 2) if n else 0.0
+            for k in ("row_groups_scanned", "row_groups_total", "bytes_scanned", "bytes_total")
+        }
+        return {**total, **per, "last": last}
 
     # -- index fills: queued per index state, drained in batches -------------------------
     def _queue_index(self, fill: Fill, snapshot: Any, reply: Reply) -> None:
@@ -235,6 +280,7 @@ class SparkUpqueryRunner:
         finally:
             for tag in tags:
                 _try(self.spark, "removeTag", tag)
+        self._record_scans(newest, [(table, filters or None)])
         by_key: dict[tuple, list[tuple]] = {}  # fill key -> its stored changes
         for r in changes:
             by_key.setdefault(tuple([r[c] for c in cols]), []).append(r)

@@ -32,8 +32,14 @@ BaseFilters = dict[int, dict[int, set]]
 MANY_KEYS = 200
 
 
-def state_frame(st: State, keys: set[Row], snapshot: Any, memo: dict[int, DataFrame]) -> DataFrame:
-    """The rows of ``st`` for ``keys`` at ``snapshot`` (memo: node id -> its frame)."""
+# The base scans a plan makes: (table, the filter pushed into its Parquet scan or None).
+Scans = list[tuple[str, dict[str, list] | None]]
+
+
+def state_frame(st: State, keys: set[Row], snapshot: Any, memo: dict[int, DataFrame],
+                scans: Scans | None = None) -> DataFrame:
+    """The rows of ``st`` for ``keys`` at ``snapshot`` (memo: node id -> its frame); each
+    base table scan is appended to ``scans`` (for the per-miss footprint figure)."""
     node = st.node
     filters: BaseFilters = {}
     if st.kind == "grouped":
@@ -41,14 +47,15 @@ def state_frame(st: State, keys: set[Row], snapshot: Any, memo: dict[int, DataFr
         below = trace(op, st.partial_cols, 0)
         if below is not None and st.partial_cols:
             _base_filters(node.parents[0], below, keys, filters)
-        df = compile_state(op, [subtree(p, snapshot, memo, filters) for p in node.parents])
+        df = compile_state(
+            op, [subtree(p, snapshot, memo, filters, scans) for p in node.parents])
         groups = op.group_columns()
         cols = [groups.index(c) for c in st.partial_cols]
     else:
         side = 0 if node.view is not None else next(s for s, x in node.sides.items() if x is st)
         if st.partial_cols:
             _base_filters(node.parents[side], st.partial_cols, keys, filters)
-        df = subtree(node.parents[side], snapshot, memo, filters)
+        df = subtree(node.parents[side], snapshot, memo, filters, scans)
         cols = list(st.partial_cols)
     if st.partial_cols:
         df = keep_keys(df, cols, keys)
@@ -56,7 +63,8 @@ def state_frame(st: State, keys: set[Row], snapshot: Any, memo: dict[int, DataFr
 
 
 def subtree(
-    node: Node, snapshot: Any, memo: dict[int, DataFrame], filters: BaseFilters
+    node: Node, snapshot: Any, memo: dict[int, DataFrame], filters: BaseFilters,
+    scans: Scans | None = None,
 ) -> DataFrame:
     """The node's output rows at the snapshot, columns named _c0.._cN."""
     df = memo.get(node.nid)
@@ -75,12 +83,15 @@ def subtree(
             try:
                 df = snapshot.table_df(node.table, filters=names)
             except InvalidArgument:  # a key of the wrong type: let Spark compare it
+                names = None
                 df = snapshot.table_df(node.table)
+            if scans is not None:
+                scans.append((node.table, names))
             df = df.toDF(*[f"_c{i}" for i in range(len(df.columns))])
         else:
             assert node.op is not None  # a node that is not a base table has an operator
             df = compile_output(
-                node.op, [subtree(p, snapshot, memo, filters) for p in node.parents]
+                node.op, [subtree(p, snapshot, memo, filters, scans) for p in node.parents]
             )
         memo[node.nid] = df
     return df

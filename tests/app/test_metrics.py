@@ -64,6 +64,9 @@ def test_counters_move_after_writes_and_reads(metered):
     assert moved("partialflow_storage_flushes_total") >= 1
     assert moved("partialflow_wal_fsyncs_total") >= 1
     assert moved("partialflow_spark_jobs_total") >= 1
+    # the fill's footer-estimated footprint was measured (the rows were all unflushed)
+    assert moved("partialflow_upquery_scans_total") == 1
+    assert ("partialflow_upquery_row_groups_in_segments_total", ()) in after
     # the latency histogram saw the one fill, in its view's series
     count = ("partialflow_upquery_duration_seconds_count", (("outcome", "ok"), *view))
     assert moved(*count) == 1
