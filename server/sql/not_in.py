@@ -19,16 +19,12 @@ from collections.abc import Callable
 
 from sqlglot import exp
 
-from partialflow.operators.distinct import Distinct
 from partialflow.operators.filter import Filter
-from partialflow.operators.join import Join
 from partialflow.server.errors import InvalidArgument, NotFound
 from partialflow.server.sql.binding import SYNTHETIC, Scope, _bind, compile_expr
-from partialflow.server.sql.plan import PlanNode, ViewPlan, op_node, select_columns, visible_only
+from partialflow.server.sql.plan import PlanNode, ViewPlan, op_node, select_columns
 from partialflow.server.sql.scalars import join_scalars
-from partialflow.server.sql.subqueries import Relation
-
-_SHOWN = 60
+from partialflow.server.sql.subqueries import Relation, clip, in_where_and, join_distinct
 
 
 def is_not_in(node: exp.Expression) -> bool:
@@ -38,10 +34,7 @@ def is_not_in(node: exp.Expression) -> bool:
     inn = node.this
     if inn.args.get("query") is None or not isinstance(inn.this, exp.Column):
         return False
-    up = node.parent
-    while isinstance(up, (exp.And, exp.Paren)):
-        up = up.parent
-    return isinstance(up, exp.Where)
+    return in_where_and(node)
 
 
 def not_in_join(
@@ -55,8 +48,7 @@ def not_in_join(
     inn = conj.this
     query = inn.args["query"]
     inner = query.this if isinstance(query, exp.Subquery) else query
-    text = f"NOT IN ({inner.sql()})"
-    shown = text if len(text) <= _SHOWN else text[: _SHOWN - 5] + " ...)"
+    shown = clip(f"NOT IN ({inner.sql()})")
     if not isinstance(inner, exp.Select) or len(inner.expressions) != 1:
         raise InvalidArgument(f"{shown}: the subquery must be a SELECT of one column")
     item = inner.expressions[0]
@@ -70,12 +62,8 @@ def not_in_join(
             f"{shown}: {err} (the subquery is planned on its own: correlated subqueries, "
             "naming the outer query's columns, are not supported)"
         ) from None
-    values = visible_only(sub)
-    right = op_node(Distinct(values.columns), values)
     width = len(node.columns)
-    x = scope.find(inn.this)
-    cols = node.columns + right.columns
-    joined = PlanNode(cols, Join(cols, (x,), (0,), "left", left_width=width), [node, right])
+    joined = join_distinct(node, (scope.find(inn.this),), sub, "left")
     n = sum(1 for q, _ in scope.cols if q == SYNTHETIC)
     match = f"_nim{n}"
     wide = Scope(scope.cols + [(SYNTHETIC, match)])

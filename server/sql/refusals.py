@@ -20,9 +20,7 @@ from sqlglot.tokens import Token, TokenType
 from partialflow.server.errors import InvalidArgument
 from partialflow.server.sql.not_in import is_not_in
 from partialflow.server.sql.scalars import allowed_place, is_scalar
-from partialflow.server.sql.subqueries import is_exists_join, is_semi_join
-
-_SHOWN = 60  # characters of a construct quoted in a message
+from partialflow.server.sql.subqueries import clip, is_exists_join, is_semi_join
 
 
 def refuse_constructs(tree: exp.Expr, sql: str) -> None:
@@ -75,7 +73,7 @@ def _shown(node: exp.Expression) -> str:
     text = node.sql()
     if isinstance(node, exp.Query) and not text.startswith("("):
         text = f"({text})"
-    return text if len(text) <= _SHOWN else text[: _SHOWN - 5] + " ...)"
+    return clip(text)
 
 
 def _leaf_offsets(node: exp.Expression) -> list[tuple[int, int]]:

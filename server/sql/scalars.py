@@ -31,9 +31,7 @@ from partialflow.operators.project import Project
 from partialflow.server.errors import InvalidArgument, NotFound
 from partialflow.server.sql.binding import _AGG_FUNCS, SYNTHETIC, Scope, col, compile_expr
 from partialflow.server.sql.plan import PlanNode, ViewPlan, op_node, select_columns, visible_only
-from partialflow.server.sql.subqueries import Relation, split_correlation, where_of
-
-_SHOWN = 60
+from partialflow.server.sql.subqueries import Relation, clip, split_correlation, where_of
 
 
 def is_scalar(node: exp.Expression) -> bool:
@@ -92,8 +90,7 @@ def _join_one(
     plan_query: Callable[[exp.Expression], ViewPlan],
 ) -> tuple[PlanNode, Scope, exp.Expression]:
     sub = sq.this
-    text = f"({sub.sql()})"
-    shown = "scalar subquery " + (text if len(text) <= _SHOWN else text[: _SHOWN - 5] + " ...)")
+    shown = "scalar subquery " + clip(f"({sub.sql()})")
     if not isinstance(sub, exp.Select):
         raise InvalidArgument(f"{shown}: the subquery must be a SELECT")
     for arg, what in (("group", "GROUP BY"), ("having", "HAVING"), ("limit", "LIMIT"),

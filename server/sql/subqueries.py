@@ -28,23 +28,32 @@ from partialflow.operators.distinct import Distinct
 from partialflow.operators.filter import Filter
 from partialflow.operators.join import Join
 from partialflow.server.errors import InvalidArgument, NotFound
-from partialflow.server.sql.binding import _AGG_FUNCS, Scope, col, compile_expr
+from partialflow.server.sql.binding import _AGG_FUNCS, Scope, _conjuncts, col, compile_expr
+from partialflow.server.sql.from_clause import conjunction
 from partialflow.server.sql.plan import PlanNode, ViewPlan, op_node, select_columns, visible_only
 
 Relation = Callable[[exp.Expression], tuple[PlanNode, Scope]]
-_SHOWN = 60
+_SHOWN = 60  # characters of a construct quoted in a message
+
+
+def clip(text: str) -> str:
+    """``text`` for a message, cut to _SHOWN characters (a subquery keeps its ")")."""
+    return text if len(text) <= _SHOWN else text[: _SHOWN - 5] + " ...)"
+
+
+def in_where_and(node: exp.Expression) -> bool:
+    """Whether ``node`` is a conjunct of a top-level AND of a WHERE."""
+    up = node.parent
+    while isinstance(up, (exp.And, exp.Paren)):
+        up = up.parent
+    return isinstance(up, exp.Where)
 
 
 def is_semi_join(node: exp.Expression) -> bool:
     """Whether ``node`` is ``column IN (SELECT ...)`` in a top-level AND of a WHERE."""
     if not isinstance(node, exp.In) or node.args.get("query") is None:
         return False
-    if not isinstance(node.this, exp.Column):
-        return False
-    up = node.parent
-    while isinstance(up, (exp.And, exp.Paren)):
-        up = up.parent
-    return isinstance(up, exp.Where)
+    return isinstance(node.this, exp.Column) and in_where_and(node)
 
 
 def semi_join(
@@ -67,13 +76,19 @@ def semi_join(
     if len(sub.columns) != 1:
         n = len(sub.columns)
         raise InvalidArgument(f"{shown}: the subquery must select one column, not {n}")
+    joined = join_distinct(node, (scope.find(conj.this),), sub, "inner")
+    return select_columns(joined, list(range(len(node.columns))), node.columns)
+
+
+def join_distinct(node: PlanNode, xs: tuple[int, ...], sub: ViewPlan, kind: str) -> PlanNode:
+    """``node`` joined (``kind``: inner or left) on its columns ``xs`` with the distinct rows
+    of ``sub`` (δ: each row of ``node`` matches at most once), ``sub``'s columns after
+    ``node``'s."""
     values = visible_only(sub)
     right = op_node(Distinct(values.columns), values)
-    x = scope.find(conj.this)
     cols = node.columns + right.columns
-    join = Join(cols, (x,), (0,), "inner", left_width=len(node.columns))
-    joined = PlanNode(cols, join, [node, right])
-    return select_columns(joined, list(range(len(node.columns))), node.columns)
+    ys = tuple(range(len(xs)))
+    return PlanNode(cols, Join(cols, xs, ys, kind, left_width=len(node.columns)), [node, right])
 
 
 # -- EXISTS / NOT EXISTS -------------------------------------------------------------------
@@ -96,12 +111,7 @@ def is_exists_join(node: exp.Expression) -> bool:
     if isinstance(node, exp.Exists):
         while isinstance(node.parent, (exp.Not, exp.Paren)):
             node = node.parent
-    if _exists_of(node) is None:
-        return False
-    up = node.parent
-    while isinstance(up, (exp.And, exp.Paren)):
-        up = up.parent
-    return isinstance(up, exp.Where)
+    return _exists_of(node) is not None and in_where_and(node)
 
 
 def exists_join(
@@ -117,25 +127,19 @@ def exists_join(
     ex, negated = found
     sub = ex.this.this if isinstance(ex.this, exp.Subquery) else ex.this
     word = "NOT EXISTS" if negated else "EXISTS"
-    text = f"{word} ({sub.sql()})"
-    shown = text if len(text) <= _SHOWN else text[: _SHOWN - 5] + " ...)"
+    shown = clip(f"{word} ({sub.sql()})")
     outer, inner_sql = _decorrelate(sub, scope, relation, shown)
     try:
         plan = plan_query(inner_sql)
     except (InvalidArgument, NotFound) as err:
         raise type(err)(f"{shown}: {err}") from None
-    values = visible_only(plan)
-    right = op_node(Distinct(values.columns), values)
     xs = tuple(scope.find(c) for c in outer)
-    ys = tuple(range(len(xs)))
-    cols = node.columns + right.columns
     width = len(node.columns)
+    joined = join_distinct(node, xs, plan, "left" if negated else "inner")
     if not negated:
-        joined = PlanNode(cols, Join(cols, xs, ys, "inner", left_width=width), [node, right])
         return select_columns(joined, list(range(width)), node.columns)
-    joined = PlanNode(cols, Join(cols, xs, ys, "left", left_width=width), [node, right])
     unmatched = exp.Is(this=col(width), expression=exp.Null())
-    kept = op_node(Filter(cols, compile_expr(unmatched)), joined)
+    kept = op_node(Filter(joined.columns, compile_expr(unmatched)), joined)
     return select_columns(kept, list(range(width)), node.columns)
 
 
@@ -193,7 +197,7 @@ def split_correlation(
         return True
 
     where = sub.args.get("where")
-    conjuncts = _and_terms(where.this) if where is not None else []
+    conjuncts = _conjuncts(where.this) if where is not None else []
     links: list[tuple[exp.Column, exp.Column]] = []
     rest = []
     for conj in conjuncts:
@@ -220,17 +224,5 @@ def split_correlation(
 
 def where_of(conds: list[exp.Expression]) -> exp.Where | None:
     """A WHERE clause ANDing ``conds`` (copies), or None for none."""
-    if not conds:
-        return None
-    pred = conds[0].copy()
-    for r in conds[1:]:
-        pred = exp.And(this=pred, expression=r.copy())
-    return exp.Where(this=pred)
+    return exp.Where(this=conjunction([c.copy() for c in conds])) if conds else None
 
-
-def _and_terms(e: exp.Expression) -> list[exp.Expression]:
-    if isinstance(e, exp.And):
-        return _and_terms(e.this) + _and_terms(e.expression)
-    if isinstance(e, exp.Paren):
-        return _and_terms(e.this)
-    return [e]
