@@ -25,7 +25,7 @@ from partialflow.server.engine import Engine
 from partialflow.server.spark import spark_session
 
 
-def setup(engine: Engine, rng: random.Random) -> None:
+def setup(engine: Engine, products: int, categories: int) -> None:
     ex = engine.execute
     ex("CREATE TABLE info (product TEXT PRIMARY KEY, category TEXT)")
     ex("CREATE TABLE visit (product TEXT, user TEXT, length BIGINT)")
@@ -34,7 +34,7 @@ def setup(engine: Engine, rng: random.Random) -> None:
         "BIGINT, expires BIGINT)"
     )
     ex("CREATE TABLE bid (bidder BIGINT, auction BIGINT, bid_time BIGINT, price DOUBLE)")
-    engine.insert("info", [(f"p{i}", f"c{i % 20}") for i in range(1000)])
+    engine.insert("info", [(f"p{i}", f"c{i % categories}") for i in range(products)])
     engine.insert("auction", [(i, i % 10, i, i, i + 100) for i in range(2000)])
     ex(
         "CREATE VIEW maxlen AS SELECT category, MAX(length) AS m FROM info JOIN visit ON "
@@ -53,9 +53,11 @@ def setup(engine: Engine, rng: random.Random) -> None:
         "COUNT(*) > 10"
     )
     df = engine.dataflow
-    df.lookup("maxlen", [(f"c{i}",) for i in range(20)], min_lsn=None, timeout=120)
+    df.lookup("maxlen", [(f"c{i}",) for i in range(categories)], min_lsn=None, timeout=120)
     df.lookup("avg_winning", [(i,) for i in range(10)], min_lsn=None, timeout=120)
     df.lookup("hot", [()], min_lsn=None, timeout=120)
+    while df.executor.fills.active:  # the join index keys the fills prefetch
+        time.sleep(0.1)
 
 
 def run(engine: Engine, table: str, make, batch: int, total: int
@@ -82,16 +84,23 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--rows", type=int, default=20_000, help="rows per measurement (default 20000)")
+    ap.add_argument("--products", type=int, default=1000,
+                    help="products (visits view; default 1000, the published figures')")
+    ap.add_argument("--categories", type=int, default=20, help="categories (default 20)")
+    ap.add_argument("--batches", default="1,100,10000", help="rows per write (default 1,100,10000)")
     args = ap.parse_args()
     rng = random.Random(1)
     spark = spark_session()
-    engine = Engine(Config(data_dir=tempfile.mkdtemp() + "/data", port=0), spark)
+    # No checkpoints, as the write sections of bench/run.py (its checkpoints section
+    # measures what they cost).
+    engine = Engine(Config(data_dir=tempfile.mkdtemp() + "/data", port=0,
+                           checkpoint_interval=0.0), spark)
     engine.start() if hasattr(engine, "start") else None
     try:
-        setup(engine, rng)
+        setup(engine, args.products, args.categories)
 
         def visit() -> tuple:
-            return (f"p{rng.randrange(1000)}", f"u{rng.randrange(500)}", rng.randrange(1000))
+            return (f"p{rng.randrange(args.products)}", f"u{rng.randrange(500)}", rng.randrange(1000))
 
         def bid() -> tuple:
             return (rng.randrange(500), rng.randrange(2000), rng.randrange(10**6),
@@ -103,7 +112,7 @@ def main() -> None:
             ("visits view", "visit", visit),
             ("Nexmark Q4 (2 outputs)", "bid", bid),
         ):
-            for batch in (1, 100, 10_000):
+            for batch in [int(b) for b in args.batches.split(",")]:
                 total = min(args.rows, 2_000) if batch == 1 else args.rows
                 e2e, alone, cpu = run(engine, table, make, batch, total)
                 print(f"{name:<22}{batch:>8}{e2e:>22,.0f}{alone:>20,.0f}{cpu:>20,.0f}")

@@ -40,8 +40,12 @@ class Evictor:
         self.publisher = publisher
         self.fills: FillCoordinator | None = None  # wired by the executor (cancelling)
         self.states: dict[int, State] = {}
-        # (sid, fill key) -> bytes, least recently used first; partial keys only.
+        # Filled partial keys (sid, fill key), least recently used first. Recency is what
+        # readers do: a fill or a read hit makes a key recent, a write that changes it does
+        # not (a key written to but never read is cold, and moving it would cost an LRU
+        # update per changed key per packet). Its bytes are kept apart, in ``_bytes``.
         self._lru: LRUCache = LRUCache(maxsize=math.inf)
+        self._bytes: dict[tuple[int, Row], int] = {}
         self.partial_bytes = 0
         self.full_bytes = 0
         # (sid, fill key) -> how many subscribed reader keys rely on it (subscriptions.py):
@@ -70,6 +74,7 @@ class Evictor:
         """Record the sizes of keys changed in this packet (recently used), then evict
         least recently used keys until the memory limit holds."""
         full_changed = False
+        sizes, lru, total = self._bytes, self._lru, 0
         for st, fk in changed:
             if st.mode == "full":
                 full_changed = True
@@ -78,23 +83,33 @@ class Evictor:
                 continue  # evicted again in the same packet
             size = st.size_of(fk)
             key = (st.sid, fk)
-            # A new key (a fill) is not in the LRU yet: skip cachetools' costly pop.
-            old = self._lru.pop(key) if key in self._lru else 0
-            self._lru[key] = size
-            self.partial_bytes += size - old
+            old = sizes.get(key)
+            sizes[key] = size
+            if old is None:  # filled in this packet: the most recently used key
+                lru[key] = None
+                total += size
+            else:
+                total += size - old
+        self.partial_bytes += total
         if full_changed:
             self.recount_full()
         self.enforce_memory()
 
     def lru_sizes(self) -> dict[tuple[int, Row], int]:
         """(sid, fill key) -> bytes accounted, least recently used first (for checks)."""
-        return dict(self._lru.items())
+        return {key: self._bytes[key] for key in self._lru}
 
     def touch(self, st: State, fk: Row) -> None:
-        """A read hit: mark the key recently used."""
-        key = (st.sid, fk)
-        if key in self._lru:
-            self._lru[key]  # LRUCache moves it to the most recent end on access
+        """A read hit: mark the key recently used, and the same key of the partial states
+        below that it was filled relying on (else the oldest of those, an aggregate's
+        group say, would be evicted first and take the hot reader key with it)."""
+        lru, stack = self._lru, [st]
+        while stack:
+            s = stack.pop()
+            key = (s.sid, fk)
+            if key in lru:
+                lru[key]  # LRUCache moves it to the most recent end on access
+            stack.extend(s.below)
 
     def set_memory_limit(self, limit: int | None) -> None:
         self.memory_limit = limit
@@ -103,19 +118,19 @@ class Evictor:
     def enforce_memory(self) -> None:
         if self.memory_limit is None:
             return
-        pinned: list[tuple[tuple[int, Row], int]] = []
+        pinned: list[tuple[int, Row]] = []
         while self.partial_bytes + self.full_bytes > self.memory_limit and self._lru:
-            (sid, fk), size = self._lru.popitem()  # least recently used
+            (sid, fk), _ = self._lru.popitem()  # least recently used
             st = self.states.get(sid)
             if st is not None and (_pinned(st, fk) or (sid, fk) in self.pins):
-                pinned.append(((sid, fk), size))
+                pinned.append((sid, fk))
                 continue
-            self.partial_bytes -= size
+            self.partial_bytes -= self._bytes.pop((sid, fk), 0)
             if st is not None:
                 self.stats.count("memory_evictions")
                 self.evict(st, fk)
-        for key, size in pinned:  # back in (as recently used: a fill is relying on them)
-            self._lru[key] = size
+        for key in pinned:  # back in (as recently used: a fill is relying on them)
+            self._lru[key] = None
 
     # -- evicting ------------------------------------------------------------------------
     def evict(self, st: State, fk: Row) -> None:
@@ -128,7 +143,8 @@ class Evictor:
                 self.publisher.changed(st, fk)
             # partial_bytes sums the sizes recorded in the LRU; keys changed in this packet
             # but not yet recorded are skipped by ``account`` once they are holes.
-            self.partial_bytes -= self._lru.pop((st.sid, fk), 0)
+            self._lru.pop((st.sid, fk), None)
+            self.partial_bytes -= self._bytes.pop((st.sid, fk), 0)
             self.stats.count("evictions")
             for v in st.node.users if st.node.view is not None else ():
                 self.stats.count_view(v, "evictions")

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import heapq
 import logging
-import queue
 import threading
 import time
 from collections.abc import Callable
@@ -53,7 +52,17 @@ from partialflow.server.dataflow.fill import (
 from partialflow.server.dataflow.fills import FillCoordinator
 from partialflow.server.dataflow.gcpause import collection_deferred
 from partialflow.server.dataflow.graph import Graph, Node
-from partialflow.server.dataflow.packets import Call, FillDone, Miss, Packet, Stop, Tick, Write
+from partialflow.server.dataflow.inbox import Inbox
+from partialflow.server.dataflow.packets import (
+    Call,
+    FillDone,
+    Miss,
+    Packet,
+    Stop,
+    Tick,
+    Write,
+    WriteRun,
+)
 from partialflow.server.dataflow.publish import Publisher
 from partialflow.server.dataflow.runner import UpqueryRunner
 from partialflow.server.dataflow.state import State, StateAccess
@@ -80,7 +89,7 @@ class Executor:
         self.applied_lsn = start_lsn
         self.lock = threading.RLock()
         self.lsn_changed = threading.Condition(self.lock)
-        self._queue: queue.Queue[Packet] = queue.Queue()
+        self.inbox = Inbox(clock)  # packets in; writes queued back to back come out as runs
         self.stats = Stats()
         self.publisher = Publisher(start_lsn)
         self.evictor = Evictor(memory_limit, self.stats, self.publisher)
@@ -101,10 +110,6 @@ class Executor:
         # Called on the executor thread as fn(event, fields), e.g. ("upquery", {"view",
         # "ms", "ok"}) when a fill finishes; for metrics. Keep them cheap.
         self.observers: list[Callable[[str, dict], None]] = []
-        # When a timer will next poke the loop. Set by the executor thread, cleared by
-        # the timer's thread: guarded by its own lock (the executor's may be held long).
-        self._wake: float | None = None
-        self._wake_lock = threading.Lock()
         self._threaded = True
         self._running = False
         self._last_expiry = clock()
@@ -118,6 +123,7 @@ class Executor:
     # -- lifecycle ---------------------------------------------------------------------
     def start(self, threaded: bool = True) -> None:
         self._threaded = threaded
+        self.inbox.timers = threaded
         self._running = True
         if threaded:
             self._thread = threading.Thread(target=self._loop, name="executor", daemon=True)
@@ -125,14 +131,14 @@ class Executor:
 
     def stop(self) -> None:
         self._running = False
-        self._queue.put(Stop())
+        self.inbox.put(Stop())
         if self._thread is not None:
             self._thread.join(timeout=10)
 
     # -- entering packets --------------------------------------------------------------
     def submit(self, packet: Packet) -> None:
         """Queue a packet (any thread)."""
-        self._queue.put(packet)
+        self.inbox.put(packet)
 
     @property
     def threaded(self) -> bool:
@@ -141,7 +147,7 @@ class Executor:
 
     def has_queued(self) -> bool:
         """Packets are waiting (background work should yield to them)."""
-        return not self._queue.empty()
+        return not self.inbox.empty()
 
     def restart_at(self, lsn: int) -> None:
         """Start from a checkpoint taken at ``lsn`` (executor thread, before any view):
@@ -152,33 +158,18 @@ class Executor:
     def call(self, fn: Callable[[], Any]) -> Future:
         """Run ``fn`` on the executor thread, in order with everything else."""
         fut: Future = Future()
-        self._queue.put(Call(fn, fut))
+        self.inbox.put(Call(fn, fut))
         if not self._threaded:
             self.run_pending()
         return fut
 
     def wake_at(self, when: float) -> None:
         """Have the loop run (and issue gathered misses) at ``when`` even if no packet comes."""
-        with self._wake_lock:
-            if self._wake is not None and self._wake <= when:
-                return
-            self._wake = when
-        if not self._threaded:
-            return  # run_pending ticks once the clock has passed it
-        t = threading.Timer(max(0.0, when - self.clock()), self._poke, args=(when,))
-        t.daemon = True
-        t.start()
+        self.inbox.wake_at(when)
 
     def next_wake(self) -> float | None:
         """When the loop next wants a tick (stepped tests advance their clock to it)."""
-        with self._wake_lock:
-            return self._wake
-
-    def _poke(self, when: float) -> None:
-        with self._wake_lock:
-            if self._wake == when:
-                self._wake = None
-        self.submit(Tick())
+        return self.inbox.next_wake()
 
     # -- waiting (reading threads) -----------------------------------------------------
     def wait_event(self, event: threading.Event, timeout: float) -> bool:
@@ -208,9 +199,8 @@ class Executor:
     # -- the loop ----------------------------------------------------------------------
     def _loop(self) -> None:
         while self._running:
-            try:
-                packet = self._queue.get(timeout=0.2)
-            except queue.Empty:
+            packet = self.inbox.take(timeout=0.2)
+            if packet is None:
                 self._run(Tick(), expire=True)  # deadlines bite when idle too
                 continue
             if isinstance(packet, Stop):
@@ -221,20 +211,11 @@ class Executor:
         """Stepped mode: run every queued packet (and a tick if a wake time has passed)
         on this thread; returns how many ran."""
         n = 0
-        while True:
-            try:
-                packet = self._queue.get_nowait()
-            except queue.Empty:
-                with self._wake_lock:
-                    due = self._wake is not None and self.clock() >= self._wake
-                    if due:
-                        self._wake = None
-                if not due:
-                    return n
-                packet = Tick()
+        while (packet := self.inbox.take_nowait()) is not None:
             if not isinstance(packet, Stop):
                 self._run(packet)
                 n += 1
+        return n
 
     def _run(self, packet: Packet, expire: bool = False) -> None:
         with self.lock:
@@ -255,15 +236,20 @@ class Executor:
             self.lsn_changed.notify_all()
 
     def _handle(self, packet: Packet) -> None:
-        if isinstance(packet, Write):
-            rec = packet.record
-            base = self.graph.bases.get(rec.table)
-            self.bounds.on_write(rec.table, rec.rows, rec.diffs)
+        if isinstance(packet, (Write, WriteRun)):
+            records = packet.records if isinstance(packet, WriteRun) else [packet.record]
+            table, lsn = records[0].table, records[-1].lsn
+            deltas: list[Delta] = []
+            for rec in records:
+                self.bounds.on_write(table, rec.rows, rec.diffs)
+                deltas.extend(zip(rec.rows, rec.diffs, strict=True))
+            base = self.graph.bases.get(table)
             if base is not None and base.children:
-                deltas = list(zip(rec.rows, rec.diffs, strict=True))
-                self._propagate([(c, i, deltas) for c, i in base.children], rec.lsn)
-            self.applied_lsn = rec.lsn
-            self.stats.count("writes_applied")
+                self._propagate([(c, i, deltas) for c, i in base.children], lsn)
+            self.applied_lsn = lsn
+            self.stats.count("writes_applied", len(records))
+            if len(records) > 1:
+                self.stats.count("writes_coalesced", len(records))
         elif isinstance(packet, Miss):
             for k in packet.keys:
                 self.fills.want(packet.state, k, packet.waiter)

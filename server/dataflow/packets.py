@@ -27,6 +27,24 @@ class Write:
 
 
 @dataclass(frozen=True, slots=True)
+class WriteRun:
+    """Consecutive queued writes to one table, applied as one write (``Executor._coalesce``).
+
+    Their rows, concatenated in LSN order, have a single write's shape (deletes, then
+    inserts) because only the first may delete; the run is tagged with its last LSN."""
+
+    records: list[Any]
+
+
+def can_join(run: list[Any], rows: int, rec: Any, max_rows: int) -> bool:
+    """Whether write ``rec`` may extend ``run`` (which holds ``rows`` rows): same table,
+    inserts only, and the run stays under ``max_rows``. A delete after an insert of the
+    same row would reach the operators in an order no single write has."""
+    return (rec.table == run[0].table and rows + len(rec.rows) <= max_rows
+            and min(rec.diffs, default=1) > 0)
+
+
+@dataclass(frozen=True, slots=True)
 class Miss:
     """A read missed ``keys`` of reader state ``state``; deliver them to ``waiter``."""
 
@@ -63,4 +81,4 @@ class Stop:
     """Stop the executor loop."""
 
 
-Packet = Write | Miss | FillDone | Tick | Call | Stop
+Packet = Write | WriteRun | Miss | FillDone | Tick | Call | Stop
