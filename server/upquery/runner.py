@@ -26,7 +26,8 @@ from partialflow.operators.values import canonical_row
 from partialflow.server.dataflow.fill import Fill
 from partialflow.server.dataflow.runner import BoundReply, FillResults, Reply
 from partialflow.server.upquery.faults import FaultInjector
-from partialflow.server.upquery.state_plans import Scans, state_frame
+from partialflow.server.upquery.plan_cache import PlanCache
+from partialflow.server.upquery.state_plans import Scans
 
 log = logging.getLogger("partialflow.upquery")
 
@@ -52,6 +53,8 @@ class SparkUpqueryRunner:
         # upquery's pushed-down filter can touch, estimated from Parquet footers.
         self._scan = Counter[str]()
         self._last_scan: dict[str, int] = {}
+        # Each state's plan, built once per base data and reused with new keys.
+        self.plans = PlanCache()
 
     @property
     def jobs(self) -> int:
@@ -129,7 +132,7 @@ class SparkUpqueryRunner:
         try:
             scans: Scans = []
             for st in fill.roots:
-                df = state_frame(st, fill.keys[st], snapshot, {}, scans)
+                df = self.plans.frame(st, fill.keys[st], snapshot, scans)
                 with self._jobs_lock:
                     self._jobs += 1
                 results[st.sid] = [canonical_row(tuple(r)) for r in df.collect()]
