@@ -2,7 +2,8 @@
 
 Implements ``partialflow.server.dataflow.runner.UpqueryRunner``. ``submit`` pins the
 fill's snapshot on the executor thread, then a worker thread compiles each root state
-(``state_plans``) and collects its rows; the reply goes back through the callback.
+(``state_plans``; a plan kept from an earlier fill on the same base data is reused,
+``plan_cache``) and collects its rows; the reply goes back through the callback.
 
 Index fills (one per write that misses an evict-on-miss join index, each at its own
 snapshot) can arrive faster than Spark runs jobs on a small machine. They queue per index
