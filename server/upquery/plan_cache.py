@@ -77,7 +77,8 @@ class PlanCache:
                     self._plans.popitem(last=False)
         if scans is not None:  # the figure: what the traced filters let each scan skip
             filters = traced_filters(st, keys)
-            scans.extend((n.table, pushed_names(n, filters)) for n in base_nodes(st))
+            scans.extend((n.table, pushed_names(n, filters))
+                         for n in base_nodes(st) if n.table is not None)
         text = key_filter_sql(key_columns(st), keys)
         if text is None:  # a key no SQL literal spells: compare it as before
             return keep_keys(plan, key_columns(st), keys)
@@ -93,6 +94,7 @@ def _identity(st: State, snapshot: Any) -> Hashable | None:
     """What the state's unfiltered plan depends on, or None when it must not be kept."""
     parts: list[Hashable] = [st.sid]
     for node in base_nodes(st):
+        assert node.table is not None  # base_nodes gives base table nodes only
         tv = snapshot.table_view(node.table)
         if tv.mem:
             return None

@@ -66,7 +66,8 @@ def traced_filters(st: State, keys: set[Row]) -> BaseFilters:
 def key_columns(st: State) -> list[int]:
     """Where the state's fill key sits in the frame ``state_base`` returns."""
     if st.kind == "grouped":
-        groups = st.node.op.group_columns()  # type: ignore[union-attr]
+        op: Any = st.node.op  # a grouped state's node has a grouped operator
+        groups = op.group_columns()
         return [groups.index(c) for c in st.partial_cols]
     return list(st.partial_cols)
 
