@@ -1,6 +1,6 @@
 """The benchmark's data: schemas, views, loaders and row generators.
 
-Three data sets, each in its own data directory so one's state never counts against
+Four data sets, each in its own data directory so one's state never counts against
 another's memory limit:
 
 - ``events``: ``events(user_id, amount)`` with two rows per key and the one-parameter view
@@ -8,6 +8,10 @@ another's memory limit:
   miss paths, Zipf reads under memory limits, recomputation and restart.
 - ``visits``: DESIGN.md's running example 1 (``info``, ``visit``, ``max_visit``: a join
   then MAX per category).
+- ``joins5``: the visits tables with three more dimensions (``users``: a visitor's country,
+  ``cats``: a category's department, ``countries``: a country's region) and the view
+  ``region_visits``, a 5-table join keyed on ``cats.category``: the multi-way join miss
+  of issue 14 (part 6). Its own data set, so the visits sections keep their one view.
 - ``nexmark``: running example 2, Nexmark Q4 over ``person``, ``auction`` and ``bid``
   from a Nexmark-style generator (person:auction:bid = 1:3:46; half of the bids go to a
   few hot auctions, three quarters come from a few hot bidders).
@@ -74,6 +78,43 @@ def load_visits(storage: Any, products: int, categories: int, visits: int, seed:
     for start in range(0, visits, 50_000):
         storage.write("visit", inserts=visit_rows(rng, min(50_000, visits - start), products))
     return visits
+
+
+# -- joins5 -----------------------------------------------------------------------------
+
+JOINS5_TABLES = [
+    "CREATE TABLE info (product TEXT PRIMARY KEY, category TEXT)",
+    "CREATE TABLE visit (product TEXT, user_name TEXT, length BIGINT)",
+    "CREATE TABLE users (user_name TEXT PRIMARY KEY, country TEXT)",
+    "CREATE TABLE cats (category TEXT PRIMARY KEY, dept TEXT)",
+    "CREATE TABLE countries (country TEXT PRIMARY KEY, region TEXT)",
+]
+REGION_VISITS_SQL = (
+    "SELECT c.category, n.region, COUNT(*) AS visits, MAX(v.length) AS longest "
+    "FROM cats c JOIN info i ON c.category = i.category "
+    "JOIN visit v ON i.product = v.product "
+    "JOIN users u ON v.user_name = u.user_name "
+    "JOIN countries n ON u.country = n.country "
+    "WHERE c.category = ? GROUP BY c.category, n.region"
+)
+JOINS5_VIEWS = [f"CREATE VIEW region_visits AS {REGION_VISITS_SQL}"]
+JOINS5_USERS = 100_000  # visit_rows' user names: u0 .. u99999
+JOINS5_COUNTRIES = 50
+JOINS5_REGIONS = 5
+JOINS5_DEPTS = 20
+
+
+def load_joins5(storage: Any, products: int, categories: int, visits: int, seed: int = 1) -> int:
+    """The visits data set's rows, plus every user's country, every category's department
+    and every country's region."""
+    load_visits(storage, products, categories, visits, seed)
+    for start in range(0, JOINS5_USERS, 50_000):
+        storage.write("users", inserts=[(f"u{i}", f"k{i % JOINS5_COUNTRIES}")
+                                        for i in range(start, min(start + 50_000, JOINS5_USERS))])
+    storage.write("cats", inserts=[(f"c{i}", f"d{i % JOINS5_DEPTS}") for i in range(categories)])
+    storage.write("countries", inserts=[(f"k{i}", f"r{i % JOINS5_REGIONS}")
+                                        for i in range(JOINS5_COUNTRIES)])
+    return visits + products + JOINS5_USERS + categories + JOINS5_COUNTRIES
 
 
 # -- nexmark -----------------------------------------------------------------------------

@@ -126,9 +126,10 @@ def _same(a: list[tuple], b: list[tuple]) -> bool:
 
 
 def miss_path(srv: InProcServer, *, view: str, sql: str, tables: list[str], keys: list[Any],
-              literal: Any) -> dict:
+              literal: Any, label: str = "") -> dict:
     """Cold reads (one key each, one at a time) against bare Spark computing the same rows
-    at the same snapshot, interleaved (alternating which goes first)."""
+    at the same snapshot, interleaved (alternating which goes first). ``label`` says what
+    the view is, in the report (e.g. "5-table join")."""
     pf: list[float] = []
     bare: list[float] = []
     mismatches = 0
@@ -160,14 +161,15 @@ def miss_path(srv: InProcServer, *, view: str, sql: str, tables: list[str], keys
                 mismatches += 1
                 log(f"miss {view} {key!r}: partialflow {r.rows} @ {r.lsn} vs Spark {rows} @ {lsn}")
     out = {
-        "view": view, "trials": len(pf),
+        "view": view, "label": label, "trials": len(pf),
         "cold_read_ms": pct(pf), "bare_spark_ms": pct(bare),
         "slowdown_p50": ratio(statistics.median(pf), statistics.median(bare)),
         "rows_differ": mismatches,
     }
-    out["goal"] = {"text": f"{view}: cold read at most 1.3x bare PySpark (median)",
+    name = f"{view} ({label})" if label else view
+    out["goal"] = {"text": f"{name}: cold read at most 1.3x bare PySpark (median)",
                    "value": f"x{out['slowdown_p50']}", "met": out["slowdown_p50"] <= 1.3}
-    log(f"miss {view}: cold p50 {out['cold_read_ms']['p50']} ms vs bare Spark "
+    log(f"miss {name}: cold p50 {out['cold_read_ms']['p50']} ms vs bare Spark "
         f"{out['bare_spark_ms']['p50']} ms -> x{out['slowdown_p50']}"
         + (f"  ROWS DIFFER {mismatches}" if mismatches else ""))
     return out

@@ -59,7 +59,8 @@ def rows(res: dict) -> list[tuple[str, str, str, str]]:
     if miss:
         for m in miss.get("cold", []):
             out.append((
-                f"Miss path ({m['view']}): cold read at most 1.3x bare PySpark",
+                f"Miss path ({m['view']}{', ' + m['label'] if m.get('label') else ''}): "
+                "cold read at most 1.3x bare PySpark",
                 f"p50 {_ms(m['cold_read_ms'])}, p90 {_ms(m['cold_read_ms'], 'p90')}",
                 f"bare Spark p50 {_ms(m['bare_spark_ms'])}: x{m['slowdown_p50']}"
                 + (f"; {m['rows_differ']} answers DIFFER" if m["rows_differ"] else "; same rows"),

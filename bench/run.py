@@ -7,11 +7,12 @@
     python bench/run.py --quick --only stream # reads under a stream alone (about 5 minutes)
 
 Starts a server in this process on a local Spark session (load comes from separate
-worker processes), builds three data sets under a temporary directory and measures every
+worker processes), builds four data sets under a temporary directory and measures every
 figure of issue 5, each against a baseline run in the same process on the same data:
 
-- reads: a cold read vs bare PySpark computing the same rows at the same snapshot, and
-  64 concurrent cold reads vs one;
+- reads: a cold read vs bare PySpark computing the same rows at the same snapshot (a
+  per-key aggregate, the visits view, and a 5-table join keyed on one table's column),
+  and 64 concurrent cold reads vs one;
 - hits: lookups of filled keys (single keys, and lookup_many of 10/100/1000 keys: keys/s,
   p50/p99 per call) vs the no-op Ping RPC carrying as many bytes each way;
 - memory: Zipf reads under memory limits of 1/5/20% of the full view vs full
@@ -48,6 +49,9 @@ FULL = {
     "events_keys": 1_000_000, "zipf_s": 0.99,
     "visits": {"products": 20_000, "categories": 1_000, "visits": 1_000_000},
     "nexmark": {"people": 10_000, "auctions": 10_000, "bids": 500_000},
+    # the 5-table join's visits: its joins keep full indexes of the joined rows (about
+    # 1.2 KB per visit in Python), so it stays smaller than the visits data set
+    "joins5_visits": 300_000,
     "hit_seconds": 8.0, "hit_batches": [1, 10, 100, 1000], "hit_concurrency": [[1, 1], [2, 4]],
     "hit_keys": 20_000,
     "miss_trials": 15, "coalesce_trials": 5,
@@ -75,6 +79,7 @@ QUICK = {
     "events_keys": 100_000,
     "visits": {"products": 2_000, "categories": 200, "visits": 100_000},
     "nexmark": {"people": 2_000, "auctions": 2_000, "bids": 50_000},
+    "joins5_visits": 100_000,
     "hit_seconds": 1.5, "hit_keys": 5_000,
     "miss_trials": 4, "coalesce_trials": 2,
     "zipf_warm": 2.0, "zipf_seconds": 6.0, "recompute_seconds": 6.0,

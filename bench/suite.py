@@ -68,6 +68,12 @@ class Suite:
                            lambda st: ds.load_visits(st, v["products"], v["categories"],
                                                      v["visits"]))
 
+    def joins5(self) -> Path:
+        v = self.cfg["visits"]
+        n = self.cfg["joins5_visits"]
+        return self._build("joins5", ds.JOINS5_TABLES, ds.JOINS5_VIEWS,
+                           lambda st: ds.load_joins5(st, v["products"], v["categories"], n))
+
     def nexmark_data(self) -> Path:
         x = self.cfg["nexmark"]
         return self._build("nexmark", ds.NEXMARK_TABLES, ds.NEXMARK_VIEWS,
@@ -101,6 +107,15 @@ class Suite:
             trials = min(cfg["coalesce_trials"], len(rest) // 65)
             sec["coalescing"].append(reads.coalescing(
                 srv, self.pool, view="max_visit", keys=rest, trials=trials))
+        self.save()
+        with InProcServer(self.joins5(), self.spark) as srv:
+            # A 5-table join keyed on one table's column (issue 14, part 6).
+            cats = [f"c{i}" for i in range(v["categories"])]
+            sec["cold"].append(reads.miss_path(
+                srv, view="region_visits", sql=ds.REGION_VISITS_SQL.replace("?", "{key}"),
+                tables=["visit", "info", "users", "cats", "countries"],
+                keys=cats[: cfg["miss_trials"] + 1], literal=lambda k: f"'{k}'",
+                label="5-table join"))
 
     def hits(self) -> None:
         """Lookups of filled keys (single and batched) against a same-size no-op call."""

@@ -206,7 +206,11 @@ def _extreme_state_one_pass(op: Aggregate, df: DataFrame, col: int) -> DataFrame
     values with their counts. (The general plan scans the input twice and joins the two
     results: twice the work for the running example's MAX.)"""
     groups = [_c(c) for c in op.group_by]
-    counted = df.groupBy(*groups, _c(col)).agg(F.count(F.lit(1)).alias("_m"))
+    # Rows clustered by group once: both aggregations below then run without another
+    # shuffle (counting per (group, value) would shuffle by both, then again by group).
+    # On a small machine each shuffle is a stage of fixed cost, and a miss's rows are few.
+    counted = df.repartition(*groups).groupBy(*groups, _c(col)).agg(
+        F.count(F.lit(1)).alias("_m"))
     present = _c(col).isNotNull()
     accs: list[Column] = [F.sum("_m").alias("_n")]
     for i, a in enumerate(op.aggs):

@@ -2,7 +2,8 @@
 
 Implements ``partialflow.server.dataflow.runner.UpqueryRunner``. ``submit`` pins the
 fill's snapshot on the executor thread, then a worker thread compiles each root state
-(``state_plans``) and collects its rows; the reply goes back through the callback.
+(``state_plans``; a plan kept from an earlier fill on the same base data is reused,
+``plan_cache``) and collects its rows; the reply goes back through the callback.
 
 Index fills (one per write that misses an evict-on-miss join index, each at its own
 snapshot) can arrive faster than Spark runs jobs on a small machine. They queue per index
@@ -26,7 +27,8 @@ from partialflow.operators.values import canonical_row
 from partialflow.server.dataflow.fill import Fill
 from partialflow.server.dataflow.runner import BoundReply, FillResults, Reply
 from partialflow.server.upquery.faults import FaultInjector
-from partialflow.server.upquery.state_plans import Scans, state_frame
+from partialflow.server.upquery.plan_cache import PlanCache
+from partialflow.server.upquery.state_plans import Scans
 
 log = logging.getLogger("partialflow.upquery")
 
@@ -52,6 +54,8 @@ class SparkUpqueryRunner:
         # upquery's pushed-down filter can touch, estimated from Parquet footers.
         self._scan = Counter[str]()
         self._last_scan: dict[str, int] = {}
+        # Each state's plan, built once per base data and reused with new keys.
+        self.plans = PlanCache()
 
     @property
     def jobs(self) -> int:
@@ -129,7 +133,7 @@ class SparkUpqueryRunner:
         try:
             scans: Scans = []
             for st in fill.roots:
-                df = state_frame(st, fill.keys[st], snapshot, {}, scans)
+                df = self.plans.frame(st, fill.keys[st], snapshot, scans)
                 with self._jobs_lock:
                     self._jobs += 1
                 results[st.sid] = [canonical_row(tuple(r)) for r in df.collect()]

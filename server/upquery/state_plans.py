@@ -40,26 +40,86 @@ def state_frame(st: State, keys: set[Row], snapshot: Any, memo: dict[int, DataFr
                 scans: Scans | None = None) -> DataFrame:
     """The rows of ``st`` for ``keys`` at ``snapshot`` (memo: node id -> its frame); each
     base table scan is appended to ``scans`` (for the per-miss footprint figure)."""
+    filters = traced_filters(st, keys)
+    df = state_base(st, snapshot, memo, filters, scans)
+    if st.partial_cols:
+        df = keep_keys(df, key_columns(st), keys)
+    return df
+
+
+def traced_filters(st: State, keys: set[Row]) -> BaseFilters:
+    """The keys traced down to base columns: per base node, allowed values per column (a
+    superset filter: the exact key filter goes on top)."""
     node = st.node
     filters: BaseFilters = {}
+    if not st.partial_cols:
+        return filters
+    if st.kind == "grouped":
+        below = trace(node.op, st.partial_cols, 0)  # type: ignore[arg-type]
+        if below is not None:
+            _base_filters(node.parents[0], below, keys, filters)
+    else:
+        _base_filters(node.parents[_input_of(st)], st.partial_cols, keys, filters)
+    return filters
+
+
+def key_columns(st: State) -> list[int]:
+    """Where the state's fill key sits in the frame ``state_base`` returns."""
+    if st.kind == "grouped":
+        op: Any = st.node.op  # a grouped state's node has a grouped operator
+        groups = op.group_columns()
+        return [groups.index(c) for c in st.partial_cols]
+    return list(st.partial_cols)
+
+
+def state_base(st: State, snapshot: Any, memo: dict[int, DataFrame], filters: BaseFilters,
+               scans: Scans | None = None) -> DataFrame:
+    """All of ``st``'s rows at ``snapshot`` (no key filter on top), with ``filters``
+    pushed into the base scans: a grouped operator's state rows, or a rows state's
+    stream."""
+    node = st.node
     if st.kind == "grouped":
         op: Any = node.op
-        below = trace(op, st.partial_cols, 0)
-        if below is not None and st.partial_cols:
-            _base_filters(node.parents[0], below, keys, filters)
-        df = compile_state(
+        return compile_state(
             op, [subtree(p, snapshot, memo, filters, scans) for p in node.parents])
-        groups = op.group_columns()
-        cols = [groups.index(c) for c in st.partial_cols]
-    else:
-        side = 0 if node.view is not None else next(s for s, x in node.sides.items() if x is st)
-        if st.partial_cols:
-            _base_filters(node.parents[side], st.partial_cols, keys, filters)
-        df = subtree(node.parents[side], snapshot, memo, filters, scans)
-        cols = list(st.partial_cols)
-    if st.partial_cols:
-        df = keep_keys(df, cols, keys)
-    return df
+    return subtree(node.parents[_input_of(st)], snapshot, memo, filters, scans)
+
+
+def _input_of(st: State) -> int:
+    """The parent whose stream a rows state holds (a reader's only one, a join side's)."""
+    node = st.node
+    return 0 if node.view is not None else next(s for s, x in node.sides.items() if x is st)
+
+
+def base_nodes(st: State) -> list[Node]:
+    """The base table nodes ``state_base`` scans, each once, in scan order."""
+    roots = st.node.parents if st.kind == "grouped" else [st.node.parents[_input_of(st)]]
+    seen: set[int] = set()
+    out: list[Node] = []
+
+    def walk(n: Node) -> None:
+        if n.nid in seen:
+            return
+        seen.add(n.nid)
+        if n.table is not None:
+            out.append(n)
+        for p in n.parents:
+            walk(p)
+
+    for r in roots:
+        walk(r)
+    return out
+
+
+def pushed_names(node: Node, filters: BaseFilters) -> dict[str, list] | None:
+    """The filter ``subtree`` pushes into ``node``'s scan: column name -> values."""
+    f = filters.get(node.nid)
+    # (Not for many values: storage builds its filter literal by literal too.)
+    return {
+        node.columns[c]: sorted(v, key=repr)
+        for c, v in (f or {}).items()
+        if len(v) <= MANY_KEYS
+    } or None
 
 
 def subtree(
@@ -73,13 +133,7 @@ def subtree(
             # Keys traced down to base columns: storage filters the unflushed rows in
             # Python and pushes the filter into the Parquet scan. A superset is fine:
             # the exact key filter is applied on top.
-            f = filters.get(node.nid)
-            # (Not for many values: storage builds its filter literal by literal too.)
-            names = {
-                node.columns[c]: sorted(v, key=repr)
-                for c, v in (f or {}).items()
-                if len(v) <= MANY_KEYS
-            } or None
+            names = pushed_names(node, filters)
             try:
                 df = snapshot.table_df(node.table, filters=names)
             except InvalidArgument:  # a key of the wrong type: let Spark compare it

@@ -1,0 +1,121 @@
+"""Kept upquery plans (server/upquery/plan_cache.py): a state's plan built once per base
+data, each fill's keys bound as one SQL filter. The rows must be exactly those of the
+plan built for the fill alone (``state_frame``), at every snapshot, and the SQL key
+literals must compare exactly as ``F.lit`` values do."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter
+
+import pytest
+from pyspark.sql import types as T
+
+from partialflow.server.upquery.plan_cache import PlanCache, key_filter_sql
+from partialflow.server.upquery.state_plans import key_filter, state_frame
+
+STRINGS = ["", "a", "a'b", "'", "back\\slash", "\\'", "\\\\", "new\nline", "tab\t", "Ä",
+           "\\u0041", "%_", "😀", "x\\", "it''s", "\\n"]
+INTS = [0, -1, 7, 2**31 - 1, 2**31, -(2**31) - 1, -(2**63), 2**63 - 1]
+FLOATS = [0.0, -0.0, 1.5, -2.25, 1e-300, 1e300, 0.1, float("nan"), float("inf"),
+          float("-inf")]
+SCHEMA = T.StructType([
+    T.StructField("_c0", T.StringType()), T.StructField("_c1", T.LongType()),
+    T.StructField("_c2", T.DoubleType()), T.StructField("_c3", T.BooleanType()),
+])
+
+
+def _norm(rows) -> Counter:
+    return Counter(tuple("nan" if isinstance(v, float) and math.isnan(v) else v for v in r)
+                   for r in rows)
+
+
+def test_key_literals_compare_as_lit_values(spark):
+    rng = random.Random(5)
+    rows = [(rng.choice(STRINGS + [None]), rng.choice(INTS + [None]),
+             rng.choice(FLOATS + [None]), rng.choice([True, False, None])) for _ in range(300)]
+    df = spark.createDataFrame(rows, SCHEMA)
+    cases = [
+        ([0], {(s,) for s in STRINGS}), ([0], {("a'b",), ("\\'",)}), ([0], {(None,)}),
+        ([1], {(i,) for i in INTS}), ([1], {(7,), (None,)}),
+        ([2], {(f,) for f in FLOATS}), ([2], {(float("nan"),)}), ([2], {(-0.0,)}),
+        ([3], {(True,)}), ([3], {(False,), (None,)}),
+        ([0, 1], {(s, i) for s in STRINGS[:6] for i in INTS[:4]}),
+        ([2, 3], {(f, b) for f in FLOATS for b in (True, False)}),
+        ([1], {("7",)}), ([0], {(7,)}),  # a key of another type: Spark coerces alike
+    ]
+    for cols, keys in cases:
+        text = key_filter_sql(cols, keys)
+        assert text is not None
+        want = _norm(df.filter(key_filter(cols, keys)).collect())
+        assert _norm(df.filter(text).collect()) == want, (cols, keys, text)
+
+
+def _rows(df) -> Counter:
+    """A frame's rows as a multiset (its MIN/MAX candidate lists made hashable)."""
+    def value(v):
+        return tuple(value(x) for x in v) if isinstance(v, (list, tuple)) else v
+    return Counter(value(r) for r in df.collect())
+
+
+def _grouped_state(server, view):
+    return server.engine.dataflow._reader(view).state.below[0]
+
+
+def test_a_kept_plan_answers_as_the_fills_own_plan_at_each_snapshot(server, uniq):
+    info, visit, view = f"{uniq}info", f"{uniq}visit", f"{uniq}m"
+    with server.client() as c:
+        c.execute(f"CREATE TABLE {info} (product TEXT, category TEXT)")
+        c.execute(f"CREATE TABLE {visit} (product TEXT, user TEXT, length BIGINT)")
+        c.insert(info, [(f"p{i}", f"c{i % 3}") for i in range(9)] + [("q", "it's")])
+        c.execute(
+            f"CREATE VIEW {view} AS SELECT category, MAX(length) AS m, COUNT(*) AS n "
+            f"FROM {info} JOIN {visit} ON {info}.product = {visit}.product "
+            "WHERE category = ? GROUP BY category")
+        old = c.insert(visit, [(f"p{i % 9}", "u", i) for i in range(40)] + [("q", "u", 5)])
+        c.flush()
+        new = c.delete(visit, [("p1", "u", 1)])
+        c.insert(visit, [("p2", "u", 99)])
+        c.flush()
+    st = _grouped_state(server, view)
+    storage, cache = server.engine.storage, PlanCache()
+    key_sets = [{("c0",)}, {("c1",), ("c2",)}, {("it's",)}, {("nope",)}, {(None,)}]
+
+    def check(lsn: int) -> None:
+        with storage.snapshot(lsn) as snap:
+            for keys in key_sets:
+                want = _rows(state_frame(st, keys, snap, {}))
+                got = _rows(cache.frame(st, keys, snap))
+                assert got == want, (lsn, keys)
+                assert want or keys in ({("nope",)}, {(None,)})
+
+    check(storage.last_lsn)
+    assert cache.stats()["plan_cache_misses"] == 1
+    assert cache.stats()["plan_cache_hits"] == len(key_sets) - 1
+    check(old)  # before the delete: the newer segment's rows are cut at this LSN
+    check(new)
+    assert cache.stats()["plan_cache_misses"] == 3  # one plan per distinct cut
+    with server.client() as c:
+        c.insert(visit, [("p0", "u", 1000)])  # unflushed: not kept, built per fill
+    before = cache.stats()
+    check(storage.last_lsn)
+    assert cache.stats()["plan_cache_misses"] == before["plan_cache_misses"]
+    assert cache.stats()["plan_cache_hits"] == before["plan_cache_hits"]
+
+
+@pytest.mark.parametrize("n", [3, 250])
+def test_many_keys_and_multi_column_keys(server, uniq, n):
+    t, view = f"{uniq}t", f"{uniq}v"
+    with server.client() as c:
+        c.execute(f"CREATE TABLE {t} (a BIGINT, b TEXT, x DOUBLE)")
+        c.insert(t, [(i % 300, f"b{i % 7}", i / 4) for i in range(2000)])
+        c.execute(f"CREATE VIEW {view} AS SELECT a, b, SUM(x) AS s FROM {t} "
+                  "WHERE a = ? AND b = ? GROUP BY a, b")
+        c.flush()
+    st = _grouped_state(server, view)
+    keys = {(i, f"b{i % 7}") for i in range(n)} | {(1, "b2")}
+    with server.engine.storage.snapshot(server.engine.storage.last_lsn) as snap:
+        want = _rows(state_frame(st, keys, snap, {}))
+        got = _rows(PlanCache().frame(st, keys, snap))
+    assert got == want and len(want) >= n
