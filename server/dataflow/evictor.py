@@ -14,11 +14,9 @@ could have affected.
 from __future__ import annotations
 
 import logging
-import math
+from collections import OrderedDict
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
-
-from cachetools import LRUCache
 
 from partialflow.operators.base import Row
 from partialflow.server.dataflow.downstream import downstream_keys
@@ -40,8 +38,10 @@ class Evictor:
         self.publisher = publisher
         self.fills: FillCoordinator | None = None  # wired by the executor (cancelling)
         self.states: dict[int, State] = {}
-        # (sid, fill key) -> bytes, least recently used first; partial keys only.
-        self._lru: LRUCache = LRUCache(maxsize=math.inf)
+        # (sid, fill key) -> bytes, least recently used first; partial keys only. A plain
+        # OrderedDict: every read hit moves its key to the end (``touch``), and its C
+        # move_to_end costs a fraction of cachetools' Python-level LRU access.
+        self._lru: OrderedDict[tuple[int, Row], int] = OrderedDict()
         self.partial_bytes = 0
         self.full_bytes = 0
         # (sid, fill key) -> how many subscribed reader keys rely on it (subscriptions.py):
@@ -78,9 +78,8 @@ class Evictor:
                 continue  # evicted again in the same packet
             size = st.size_of(fk)
             key = (st.sid, fk)
-            # A new key (a fill) is not in the LRU yet: skip cachetools' costly pop.
-            old = self._lru.pop(key) if key in self._lru else 0
-            self._lru[key] = size
+            old = self._lru.pop(key, 0)
+            self._lru[key] = size  # (re)inserted at the most recently used end
             self.partial_bytes += size - old
         if full_changed:
             self.recount_full()
@@ -92,9 +91,16 @@ class Evictor:
 
     def touch(self, st: State, fk: Row) -> None:
         """A read hit: mark the key recently used."""
-        key = (st.sid, fk)
-        if key in self._lru:
-            self._lru[key]  # LRUCache moves it to the most recent end on access
+        self.touch_many(st, (fk,))
+
+    def touch_many(self, st: State, keys: Iterable[Row]) -> None:
+        """Read hits of ``keys`` (a lookup_many's): mark them recently used."""
+        lru, sid = self._lru, st.sid
+        move = lru.move_to_end
+        for fk in keys:
+            key = (sid, fk)
+            if key in lru:
+                move(key)
 
     def set_memory_limit(self, limit: int | None) -> None:
         self.memory_limit = limit
@@ -105,7 +111,7 @@ class Evictor:
             return
         pinned: list[tuple[tuple[int, Row], int]] = []
         while self.partial_bytes + self.full_bytes > self.memory_limit and self._lru:
-            (sid, fk), size = self._lru.popitem()  # least recently used
+            (sid, fk), size = self._lru.popitem(last=False)  # least recently used
             st = self.states.get(sid)
             if st is not None and (_pinned(st, fk) or (sid, fk) in self.pins):
                 pinned.append(((sid, fk), size))

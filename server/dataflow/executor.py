@@ -304,8 +304,7 @@ class Executor:
             view: str = st.node.view  # type: ignore[assignment]
             if hit:
                 self.stats.count_view(view, "hits", len(keys))
-                for fk in keys:
-                    self.evictor.touch(st, fk)
+                self.evictor.touch_many(st, keys)
             else:
                 self.stats.count_view(view, "misses", len(keys))
 
