@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import operator
 import threading
-from itertools import repeat
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from pathlib import Path
 from typing import Any
 

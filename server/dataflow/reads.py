@@ -13,8 +13,8 @@ so the blocking facade (``Dataflow.lookup``) and the stepped tests drive the sam
 from __future__ import annotations
 
 from collections.abc import Callable
-from itertools import chain, repeat
 from dataclasses import dataclass
+from itertools import chain, repeat
 from typing import Any
 
 from partialflow.operators.base import Row
