@@ -28,6 +28,7 @@ from common import InProcServer, LoadPool, cdf_points, log, pct
 
 VIEW = "SELECT k, COUNT(*) AS n, SUM(v) AS s FROM ev WHERE k = ? GROUP BY k"
 MAX_WRITES_PER_S = 100  # a durable write costs an fsync: higher rates put more rows in each
+WRITER_THREADS = 4
 
 
 # -- load processes (run in LoadPool workers) -------------------------------------------
@@ -70,33 +71,46 @@ def hold_streams(spec: dict) -> dict:
 
 def write_open_loop(spec: dict) -> dict:
     """``rate`` rows/s for ``seconds`` as at most MAX_WRITES_PER_S writes/s into random
-    keys of ``keys``, scheduled open loop; per write (lsn, started, acknowledged, keys)."""
+    keys of ``keys``, scheduled open loop over WRITER_THREADS threads (each its own
+    channel: one slow acknowledgement does not hold back the next write); per write
+    (lsn, started, acknowledged, keys)."""
     from partialflow.client import Client
 
-    rng = random.Random(spec["seed"])
     keys, rate, seconds = spec["keys"], spec["rate"], spec["seconds"]
     per_s = min(rate, MAX_WRITES_PER_S)
     rows = max(1, round(rate / per_s))
     writes: list[tuple[int, float, float, list[int]]] = []
     errors: list[str] = []
-    with Client(spec["address"], timeout=600.0) as c:
+    clients = [Client(spec["address"], timeout=600.0) for _ in range(WRITER_THREADS)]
+    for c in clients:
         c.ping()  # connected before the clock starts
-        start = time.monotonic()
-        n = 0
-        while time.monotonic() - start < seconds:
-            wait = start + n / per_s - time.monotonic()
+    start = time.monotonic() + 0.1
+
+    def write(t: int) -> None:
+        rng = random.Random(spec["seed"] * 100 + t)
+        n = t  # write n is due at start + n / per_s; thread t takes every WRITER_THREADS-th
+        while (due := start + n / per_s) < start + seconds:
+            n += WRITER_THREADS
+            wait = due - time.monotonic()
             if wait > 0:
                 time.sleep(wait)
-            n += 1
             ks = [rng.choice(keys) for _ in range(rows)]
             t0 = time.monotonic()
             try:
-                lsn = c.insert("ev", [(k, 1) for k in ks])
+                lsn = clients[t].insert("ev", [(k, 1) for k in ks])
             except Exception as e:  # counted and reported
                 errors.append(f"{type(e).__name__}: {e}"[:300])
                 continue
             writes.append((lsn, t0, time.monotonic(), ks))
-        elapsed = time.monotonic() - start
+
+    threads = [threading.Thread(target=write, args=(t,)) for t in range(WRITER_THREADS)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    elapsed = time.monotonic() - start
+    for c in clients:
+        c.close()
     return {"writes": writes, "errors": errors, "elapsed": elapsed, "rows_per_write": rows}
 
 
