@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import chain, repeat
-from typing import Any
+from typing import Any, cast
 
 from partialflow.operators.base import Row
 from partialflow.server.dataflow.executor import Executor
@@ -176,7 +176,7 @@ class Read:
                 distinct = dict.fromkeys(keys)
                 ex.publisher.log_reads(st, keys if len(distinct) == len(keys) else
                                        list(distinct), True)
-                self.hit_rows = (got, lsn)  # type: ignore[assignment]  (no None in got)
+                self.hit_rows = (cast("list[tuple[Row, ...]]", got), lsn)  # no None in got
                 return self
             results = self.results
             hits: list[Row] = []
