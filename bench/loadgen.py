@@ -11,7 +11,8 @@ Operations (``spec["op"]["kind"]``):
   (byte counts) it moves as many bytes as a call it is compared with;
 - ``lookup``: ``lookup_many(view, batch keys)`` (``lookup`` for batch 1) with keys drawn
   from ``keys`` (``{"type": "zipf", "n", "s"}``, ``{"type": "list", "values"}``, or
-  ``{"type": "each", "values"}``: thread i reads ``values[i]`` once);
+  ``{"type": "each", "values"}``: thread i reads ``values[i]`` once); with ``predraw``
+  (a count) the key batches are drawn before the clock starts and used in turn;
 - ``query``: the view's SQL on Spark per request (``sql`` with ``{key}``): recomputation;
 - ``write``: inserts from a generator (``visits`` or ``nexmark``), optionally paced to
   ``rate`` rows/s per thread;
@@ -98,9 +99,19 @@ def _make_op(op: dict, client: Client, tno: int, seed: int) -> Callable[[_Record
     if kind == "lookup":
         keys = _Keys(op["keys"], seed)
         view, batch = op["view"], op.get("batch", 1)
+        take = keys.take
+        if op.get("predraw"):
+            # ``predraw`` batches drawn now, before the clock starts, then used in turn:
+            # drawing 1000 keys with random.choice costs about as much as decoding the
+            # answer, and that is the load generator's work, not the lookup's.
+            drawn = [keys.take(batch) for _ in range(op["predraw"])]
+            turn = iter(range(1 << 62))
+
+            def take(k: int) -> list[Any]:
+                return drawn[next(turn) % len(drawn)]
 
         def lookup(rec: _Recorder) -> int:
-            ks = keys.take(batch)
+            ks = take(batch)
             if batch == 1:
                 client.lookup(view, ks[0])
             else:

@@ -337,12 +337,38 @@ def stream_latency(res: dict, out: Path, stamp: str) -> Path | None:
     return p
 
 
+def subscribe_latency(res: dict, out: Path, stamp: str) -> Path | None:
+    """CDFs of write-to-subscriber latency per rate, each with its writes' own
+    acknowledgement (dashed) as the baseline."""
+    sub = res["sections"].get("subscribe")
+    if not sub or not sub.get("phases"):
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7.5, 4.6))
+    for i, ph in enumerate(sub["phases"]):
+        held = ph["held"]
+        _cdf(ax, ph["cdf_ms"], f"{ph['rate']:,.0f} rows/s: write to subscriber", color=f"C{i}",
+             lw=2)
+        _cdf(ax, ph["ack_cdf_ms"], f"{ph['rate']:,.0f} rows/s: write acknowledged",
+             color=f"C{i}", ls="--", lw=1)
+    ax.set_xscale("log")
+    ax.set_xlabel("latency from the write's call (ms, log)")
+    ax.set_ylabel("percentile")
+    ax.set_title(f"{held['subscriptions']} Subscribe streams of "
+                 f"{sub['keys_per_subscription']} keys held", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    p = out / "latency_subscribe.png"
+    _finish(fig, p, f"Subscriptions: write-to-subscriber latency ({stamp})")
+    return p
+
+
 def draw_all(res: dict, out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     stamp = f"{res['meta']['date']}{', quick' if res['config'].get('quick') else ''}"
     made = []
     for fn in (hit_latency, miss_latency, write_latency, hit_rate, throughput, zipf_latency,
-               stream_latency):
+               stream_latency, subscribe_latency):
         try:
             p = fn(res, out, stamp)
         except Exception as e:  # a missing section must not lose the other plots

@@ -119,6 +119,7 @@ def rows(res: dict) -> list[tuple[str, str, str, str]]:
                         f"{chk['checked'] - len(chk['wrong'])} of {chk['checked']} keys right",
                         "Client.query(as_of=lsn)", _met(not chk["wrong"])))
     out.extend(stream_rows(s.get("stream")))
+    out.extend(subscribe_rows(s.get("subscribe")))
     out.extend(checkpoint_rows(s.get("checkpoints")))
     mem = s.get("memory")
     if mem:
@@ -257,6 +258,33 @@ def stream_rows(st: dict | None) -> list[tuple[str, str, str, str]]:
                     "SQL at their LSN",
                     f"{chk['checked'] - len(chk['wrong'])} of {chk['checked']} answers right",
                     "Client.query(as_of=lsn)", _met(not chk["wrong"])))
+    return out
+
+
+def subscribe_rows(sub: dict | None) -> list[tuple[str, str, str, str]]:
+    """Subscriptions: write-to-subscriber latency per rate with the streams held (issue 15
+    sets no latency goal), and whether every write reached its subscribers."""
+    if not sub:
+        return []
+    out = []
+    for ph in sub.get("phases", []):
+        lat, ack, held = ph["latency_ms"], ph["write_ack_ms"], ph["held"]
+        out.append((
+            f"Write-to-subscriber, {ph['rate']:,.0f} rows/s ({ph['rows_per_write']} row(s) per "
+            f"write), {held['subscriptions']} Subscribe streams held "
+            f"({held['subscribed_keys']:,} keys)",
+            f"p50 {_ms(lat)}, p99 {_ms(lat, 'p99')}, max {_ms(lat, 'max')} "
+            f"({ph['deliveries']:,} deliveries, {ph['lost']} lost)",
+            f"the write's own acknowledgement: p50 {_ms(ack)}, p99 {_ms(ack, 'p99')}; "
+            f"{ph['acked_rows_per_s']:,.0f} rows/s acknowledged",
+            "no goal" if not ph["lost"] and not ph["error_count"] else "**no** (lost)"))
+    if sub.get("phases"):
+        out.append((
+            "Subscribe streams held at once (the server's limit: half of --workers)",
+            f"{max(p['held']['subscriptions'] for p in sub['phases'])} of "
+            f"{sub.get('stream_limit', '?')} allowed",
+            f"{sub['keys_per_subscription']} keys each; opened in "
+            f"{max(p['opened_s'] for p in sub['phases'])} s at most", "no goal"))
     return out
 
 

@@ -5,6 +5,7 @@
     python bench/run.py --quick    # smaller data, shorter runs (about 10 minutes on 2 busy cores)
     python bench/run.py --only reads,memory   # some sections (see --help)
     python bench/run.py --quick --only stream # reads under a stream alone (about 5 minutes)
+    python bench/run.py --only hits,subscribe # issue 15's figures (about 10 minutes)
 
 Starts a server in this process on a local Spark session (load comes from separate
 worker processes), builds four data sets under a temporary directory and measures every
@@ -21,7 +22,10 @@ figure of issue 5, each against a baseline run in the same process on the same d
   write-to-visible latency at half of peak load, Nexmark Q4 with concurrent readers;
 - stream: the visits view and Nexmark Q4 read by key by 4 clients per view while an
   open-loop writer streams 20, 200 and 2000 rows/s (and half of Nexmark's write peak):
-  reads/s, read latency, failed reads, write-to-visible (issue 12, part 4).
+  reads/s, read latency, failed reads, write-to-visible (issue 12, part 4);
+- subscribe: write-to-subscriber latency at 20, 200 and 2000 rows/s with 32 Subscribe
+  streams of 100 keys held (the server's limit at its default --workers), against the
+  writes' own acknowledgement (issue 15, part 4).
 
 Writes ``results-<date>.json`` (every figure) and PNG plots to ``--out``
 (default ``bench/results/``, which git ignores), and prints a goal summary.
@@ -42,7 +46,9 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
-SECTIONS = ["reads", "hits", "memory", "restart", "checkpoints", "writes", "nexmark", "stream"]
+SECTIONS = [
+    "reads", "hits", "memory", "restart", "checkpoints", "writes", "nexmark", "stream", "subscribe",
+]
 
 FULL = {
     "quick": False,
@@ -72,6 +78,9 @@ FULL = {
     "stream_rates": [20, 200, 2000], "stream_seconds": 30.0, "stream_readers": 4,
     "stream_deadline": 30.0, "stream_writes_per_s": 20, "stream_move_fraction": 0.1,
     "stream_peak_seconds": 6.0, "stream_drain_cap": 120.0, "stream_checks_per_view": 2,
+    # subscriptions: sub_streams Subscribe streams (the server's limit at its default 64
+    # handler threads) of sub_keys keys each, an open-loop writer at each rate
+    "sub_rates": [20, 200, 2000], "sub_seconds": 20.0, "sub_streams": 32, "sub_keys": 100,
 }
 QUICK = {
     **FULL,
@@ -88,6 +97,7 @@ QUICK = {
     "write_batches": [1, 100, 1000], "write_seconds": 2.0, "half_peak_seconds": 5.0,
     "stream_seconds": 8.0, "stream_peak_seconds": 2.0, "stream_drain_cap": 60.0,
     "stream_checks_per_view": 1,
+    "sub_seconds": 5.0,
 }
 
 

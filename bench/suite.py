@@ -14,6 +14,7 @@ import datasets as ds
 import memory
 import reads
 import stream
+import subscribe
 import write_path
 from common import InProcServer, LoadPool, log, ratio
 
@@ -373,3 +374,12 @@ class Suite:
                 self.save()
         sec["goals"] = stream.goals(phases, sec.get("nexmark_peak", {}).get("applied_rows_per_s",
                                                                            0) / 2)
+
+    def subscribe(self) -> None:
+        """Write-to-subscriber latency with the server's whole allowance of Subscribe
+        streams held, at each of ``sub_rates`` rows/s (subscribe.py)."""
+        cfg = self.cfg
+        self.sections["subscribe"] = subscribe.latency(
+            self._dir("subscribe"), self.spark, self.pool, rates=cfg["sub_rates"],
+            seconds=cfg["sub_seconds"], subscriptions=cfg["sub_streams"],
+            keys=cfg["sub_keys"])

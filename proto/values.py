@@ -200,14 +200,22 @@ def fill_batch(batch: pb.RowBatch, rows: Sequence[Sequence[Any]], *, lenient: bo
         return False
     if len(widths) > 1:
         return False
-    batch.num_rows = len(rows)
+    fill_columns(batch, list(zip(*rows, strict=True)), len(rows), lenient=lenient)
+    return True
+
+
+def fill_columns(batch: pb.RowBatch, columns: Sequence[Sequence[Any]], num_rows: int, *,
+                 lenient: bool = False) -> None:
+    """Store ``num_rows`` rows given column by column (each of ``num_rows`` values) into
+    ``batch``: ``fill_batch`` without the transposition, for a caller that already holds
+    columns (e.g. the keys of a one-parameter view). Raises like ``fill_batch``."""
+    batch.num_rows = num_rows
     try:
-        for values in zip(*rows, strict=True):
+        for values in columns:
             _fill_column(batch.columns.add(), values, lenient)
     except BaseException:
         batch.Clear()
         raise
-    return True
 
 
 _LISTS = ("ints", "doubles", "strings", "bools", "values")

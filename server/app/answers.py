@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from itertools import accumulate, chain
+from operator import itemgetter
 from typing import Any
 
 from partialflow.proto import partialflow_pb2 as pb
@@ -27,16 +28,19 @@ def lookup_message(
     columns: Sequence[str], results: Sequence[tuple[list[tuple], int]]
 ) -> pb.LookupResponse:
     """A lookup's answer (per key, in the order asked: its rows and the LSN they are exact
-    at) as one columnar block. ``key_lsns`` is only sent when the keys' LSNs differ."""
+    at) as one columnar block. ``key_lsns`` is only sent when the keys' LSNs differ.
+
+    Built with C-level passes only (map, chain, zip, packed extends): a lookup_many of
+    thousands of keys must not run Python code per key or per cell."""
     out = pb.LookupResponse(columns=columns)
     if not results:
         return out
-    per_key = [rows for rows, _ in results]
+    per_key = list(map(itemgetter(0), results))
     out.offsets.extend(accumulate(map(len, per_key[:-1]), initial=0))
     if not fill_batch(out.rows, list(chain.from_iterable(per_key)), lenient=True):
         # A view's rows all have its width; anything else is a bug in the engine.
         raise RuntimeError(f"rows of unequal width in a lookup answer of columns {columns}")
-    lsns = [lsn for _, lsn in results]
+    lsns = list(map(itemgetter(1), results))
     out.lsn = max(lsns)
     if lsns.count(out.lsn) != len(lsns):
         out.key_lsns.extend(lsns)

@@ -100,16 +100,29 @@ class Evictor:
         return {key: self._bytes[key] for key in self._lru}
 
     def touch(self, st: State, fk: Row) -> None:
-        """A read hit: mark the key recently used, and the same key of the partial states
-        below that it was filled relying on (else the oldest of those, an aggregate's
-        group say, would be evicted first and take the hot reader key with it)."""
-        lru, stack = self._lru, [st]
+        """A read hit: mark the key recently used."""
+        self.touch_many(st, [fk])
+
+    def touch_many(self, st: State, keys: list[Row]) -> None:
+        """Read hits of ``keys`` (in the order read): mark them recently used, and the same
+        keys of the partial states below that they were filled relying on (else the
+        oldest of those, an aggregate's group say, would be evicted first and take the
+        hot reader key with it)."""
+        lru, stack, seen = self._lru, [st], set()
         while stack:
             s = stack.pop()
-            key = (s.sid, fk)
-            if key in lru:
-                lru[key]  # LRUCache moves it to the most recent end on access
+            if s.sid in seen:
+                continue
+            seen.add(s.sid)
             stack.extend(s.below)
+            if s.mode == "full":
+                continue  # the LRU holds partial keys only
+            sid = s.sid
+            for fk in keys:
+                try:
+                    lru[(sid, fk)]  # LRUCache moves a key to the most recent end on access
+                except KeyError:  # evicted since it was read
+                    pass
 
     def set_memory_limit(self, limit: int | None) -> None:
         self.memory_limit = limit

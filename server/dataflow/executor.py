@@ -286,14 +286,18 @@ class Executor:
 
     def account_reads(self) -> None:
         """LRU recency and hit/miss counters of lock-free reads (caller holds the lock)."""
+        hits: dict[State, list[Row]] = {}
         for st, keys, hit in self.publisher.drain_reads():
             view: str = st.node.view  # type: ignore[assignment]
             if hit:
                 self.stats.count_view(view, "hits", len(keys))
-                for fk in keys:
-                    self.evictor.touch(st, fk)
+                hits.setdefault(st, []).extend(keys)
             else:
                 self.stats.count_view(view, "misses", len(keys))
+        for st, keys in hits.items():
+            # A key read again and again since the last packet is touched once, where it
+            # was last read (dict.fromkeys keeps first occurrences: hence the reversals).
+            self.evictor.touch_many(st, list(dict.fromkeys(reversed(keys)))[::-1])
 
     # -- what the fill coordinator needs (FillHost) ------------------------------------
     def changed(self, st: State, fk: Row) -> None:

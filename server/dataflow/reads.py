@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from itertools import chain, repeat
+from typing import Any, cast
 
 from partialflow.operators.base import Row
 from partialflow.server.dataflow.executor import Executor
@@ -152,6 +153,9 @@ class Read:
         self.keys = keys
         self.floor = floor
         self.results: dict[Row, Answer] = {}
+        # Set by start() when every key was a published hit: (rows per key in the order
+        # asked, the LSN); the answer is then built from it whole (no per-key entries).
+        self.hit_rows: tuple[list[tuple[Row, ...]], int] | None = None
         self.waiter: Waiter | None = None
         self.attempts = 0
 
@@ -165,11 +169,18 @@ class Read:
         fast = ex.publisher.read(st, self.keys)
         if fast is not None:
             got, lsn = fast
+            keys = self.keys
+            if None not in got and None not in chain.from_iterable(keys):
+                # Every key filled and none has a NULL: the common case of a hot
+                # lookup_many, answered without Python code per key (C-level passes).
+                distinct = dict.fromkeys(keys)
+                ex.publisher.log_reads(st, keys if len(distinct) == len(keys) else
+                                       list(distinct), True)
+                self.hit_rows = (cast("list[tuple[Row, ...]]", got), lsn)  # no None in got
+                return self
             results = self.results
             hits: list[Row] = []
-            # One pass per key with no calls in it: a lookup_many of thousands of keys
-            # spends its server time here.
-            for k, rows in got.items():
+            for k, rows in dict(zip(keys, got, strict=True)).items():  # a key asked twice once
                 if None in k:  # `col = NULL` is never true in SQL
                     results[k] = ([], lsn)
                 elif rows is not None:
@@ -232,7 +243,12 @@ class Read:
     def answer(self) -> list[Answer]:
         """Per key (in the order asked), the rows as the caller sees them and their LSN."""
         plan, results = self.reader.plan, self.results
-        if _as_stored(plan, len(self.reader.node.columns)):
+        as_stored = _as_stored(plan, len(self.reader.node.columns))
+        if self.hit_rows is not None:
+            got, lsn = self.hit_rows
+            rows = map(list, got) if as_stored else (present(plan, list(r)) for r in got)
+            return list(zip(rows, repeat(lsn)))
+        if as_stored:
             return [results[k] for k in self.keys]
         return [(present(plan, results[k][0]), results[k][1]) for k in self.keys]
 

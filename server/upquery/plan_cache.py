@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import math
 import threading
-from collections import OrderedDict
 from collections.abc import Hashable
 from typing import Any
 
+from cachetools import LRUCache
 from pyspark.sql import DataFrame
 
 from partialflow.operators.base import Row
@@ -52,7 +52,7 @@ class PlanCache:
 
     def __init__(self, size: int = PLANS) -> None:
         self.size = size
-        self._plans: OrderedDict[Hashable, DataFrame] = OrderedDict()
+        self._plans: LRUCache = LRUCache(maxsize=size)  # the least recently used goes
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
@@ -66,15 +66,12 @@ class PlanCache:
         with self._lock:
             plan = self._plans.get(ident)
             if plan is not None:
-                self._plans.move_to_end(ident)
                 self.hits += 1
         if plan is None:
             plan = state_base(st, snapshot, {}, {})
             with self._lock:
                 self.misses += 1
                 self._plans[ident] = plan
-                while len(self._plans) > self.size:
-                    self._plans.popitem(last=False)
         if scans is not None:  # the figure: what the traced filters let each scan skip
             filters = traced_filters(st, keys)
             scans.extend((n.table, pushed_names(n, filters))
