@@ -100,7 +100,8 @@ def main() -> None:
         setup(engine, args.products, args.categories)
 
         def visit() -> tuple:
-            return (f"p{rng.randrange(args.products)}", f"u{rng.randrange(500)}", rng.randrange(1000))
+            return (f"p{rng.randrange(args.products)}", f"u{rng.randrange(500)}",
+                    rng.randrange(1000))
 
         def bid() -> tuple:
             return (rng.randrange(500), rng.randrange(2000), rng.randrange(10**6),
