@@ -392,7 +392,30 @@ def publish(files: list[str]) -> int:
     (PUBLISHED / "miss_scaling.json").write_text(json.dumps(res, indent=1))
     path = miss_scaling(res, PUBLISHED)
     print(path)
+    print(markdown(runs))
     return 0
+
+
+def markdown(runs: list[dict]) -> str:
+    """The README's table: one line per run and phase."""
+    head = ("| rows | phase | misses | p50 ms | p99 ms | p50 / smallest | row groups a miss can "
+            "touch | MB a miss can touch (of all) | segments | write rows/s | compaction during "
+            "misses | load avg start → end |")
+    lines = [head, "|" + " --- |" * (head.count("|") - 1)]
+    for r in runs:
+        for p in r["phases"]:
+            live = p["phase"] == "live"
+            during = str(p.get("misses_during_compaction"))
+            lines.append(
+                f"| {r['rows'] / 1e6:g}M | {p['phase']} | {p['misses']} | {p['p50_ms']:.0f} | "
+                f"{p['p99_ms']:.0f} | {p['p50_ratio_to_smallest']}x | "
+                f"{p['rg_scanned']:g} of {p['rg_total']:g} | "
+                f"{p['mb_scanned']:.2f} of {p['mb_total']:.1f} | "
+                f"{p['segments_min']}–{p['segments_max']} | "
+                f"{p['write_rate_rows_s'] if live else '–'} | "
+                f"{during + ' of ' + str(p['misses']) if live else '–'} | "
+                f"{p['loadavg_start'][0]} → {p['loadavg_end'][0]} |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
