@@ -374,9 +374,12 @@ def miss_scaling(res: dict, out: Path) -> Path:
     axes[1].set_ylabel("MB a miss can touch (footer estimate, log)")
     axes[1].set_title("per-miss scan footprint (stats()['upquery_scan'])")
     axes[1].legend(fontsize=6)
-    la = ", ".join(f"{r['rows'] / 1e6:g}M: load {r['machine']['loadavg_at_start'][0]}"
-                   for r in runs)
-    stamp = f"{runs[0]['machine']['date']}, {runs[0]['machine']['cores']} cores; {la}"
+    def load(r: dict) -> str:  # the 1-minute load average over the run's measurements
+        xs = [x for p in r["phases"] for x in (p["loadavg_start"][0], p["loadavg_end"][0])]
+        return f"{r['rows'] / 1e6:g}M at load {min(xs):g}–{max(xs):g}"
+
+    la = ", ".join(load(r) for r in runs)
+    stamp = f"{runs[0]['machine']['date'][:10]}, {runs[0]['machine']['cores']} cores; {la}"
     p = out / "miss_scaling.png"
     _finish(fig, p, f"Miss cost against table size ({stamp})")
     return p
