@@ -192,10 +192,10 @@ def live(srv: Any, c: Any, args: argparse.Namespace, keys: int,
     deadline = time.monotonic() + args.live_seconds
     it = iter(wanted)
     while time.monotonic() < deadline:
-        if len(ms) == args.compact_after and not comp.start_t:
+        if len(ms) == args.compact_after and not comp.start_t:  # -1: never
             comp.start()
             time.sleep(0.5)  # let its Spark job start
-        done = comp.start_t and not comp.is_alive()
+        done = args.compact_after < 0 or (comp.start_t and not comp.is_alive())
         if (len(ms) >= args.live_misses and done
                 and time.monotonic() - t_start >= args.live_min_seconds):
             break
@@ -207,7 +207,8 @@ def live(srv: Any, c: Any, args: argparse.Namespace, keys: int,
     stop.set()
     wr = out.get(timeout=120)
     w.join(timeout=60)
-    comp.join(timeout=args.live_seconds)
+    if comp.start_t:
+        comp.join(timeout=args.live_seconds)
     # No new background compaction from here on; wait for one that is running, so the
     # checks and the server's stop don't race it.
     srv.engine.storage.max_segments = 1 << 30
@@ -258,6 +259,8 @@ def main() -> int:
     ap.add_argument("--reuse", action="store_true",
                     help="reuse --dir's data if a run already loaded it (skips the load)")
     ap.add_argument("--skip-unclustered", action="store_true")
+    ap.add_argument("--no-recompact", action="store_true",
+                    help="with --reuse: measure the table as a live phase left it")
     ap.add_argument("--no-live", action="store_true", help="quiet phases only")
     ap.add_argument("--live-misses", type=int, default=60)
     ap.add_argument("--live-seconds", type=float, default=1800.0, help="live phase at most")
@@ -265,7 +268,8 @@ def main() -> int:
     ap.add_argument("--build-only", action="store_true",
                     help="write, load and compact into --dir, then stop (measure with --reuse)")
     ap.add_argument("--compact-after", type=int, default=10,
-                    help="live misses before the harness calls compact('events')")
+                    help="live misses before the harness calls compact('events') (-1: never, "
+                    "only the background compactor runs)")
     ap.add_argument("--write-rate", type=float, default=500.0, help="rows/s")
     ap.add_argument("--write-every", type=float, default=0.05, help="s between writes")
     ap.add_argument("--warmup", type=float, default=5.0, help="s of writes before the 1st miss")
@@ -340,7 +344,7 @@ def main() -> int:
             if args.build_only:
                 log(f"built: {timings}")
                 return 0
-            elif c.stats()["storage"]["segments"].get("events", 0) > 1:
+            elif c.stats()["storage"]["segments"].get("events", 0) > 1 and not args.no_recompact:
                 # A reused table a live phase wrote to: one sorted segment again first.
                 t0 = time.monotonic()
                 c.compact("events")
