@@ -28,8 +28,9 @@ compared with Spark SQL over the base tables at the answer's LSN (``query(as_of=
     .venv/bin/python bench/miss_scaling.py --rows 1000000 --json /tmp/ms-1m.json
     .venv/bin/python bench/miss_scaling.py --rows 50000000 --skip-unclustered --dir /bigdisk/ms
 
-``--plot FILE...`` merges such JSON files into bench/published/miss_scaling.json and draws
-bench/published/miss_scaling.png (p50/p99 per phase against table size).
+``--plot FILE...`` merges such JSON files into bench/published/NAME.json and draws
+bench/published/NAME.png (p50/p99 per phase against table size; NAME is ``--plot-name``,
+miss_scaling by default) and prints the README's table.
 
 "Cold" means the key is not in the view's state, not that the disk is cold: the OS page
 cache is warm.
@@ -277,11 +278,13 @@ def main() -> int:
     ap.add_argument("--max-segments", type=int, default=16)
     ap.add_argument("--check", type=int, default=10, help="answers checked per phase")
     ap.add_argument("--json", default="", help="write the figures here")
+    ap.add_argument("--plot-name", default="miss_scaling", help="file names under published/")
+    ap.add_argument("--plot-title", default="", help="what the runs measured (plot title)")
     ap.add_argument("--plot", nargs="*", default=None,
                     help="merge these JSON files into bench/published and draw the plot")
     args = ap.parse_args()
     if args.plot is not None:
-        return publish(args.plot)
+        return publish(args.plot, args.plot_name, args.plot_title)
     keys = args.keys or max(1, args.rows // 100)
 
     from partialflow.server.spark import spark_session
@@ -380,7 +383,7 @@ def main() -> int:
 
 # -- publishing --------------------------------------------------------------------------
 
-def publish(files: list[str]) -> int:
+def publish(files: list[str], name: str = "miss_scaling", title: str = "") -> int:
     """Merge runs (one per table size) into bench/published/miss_scaling.json and draw
     bench/published/miss_scaling.png."""
     from plots import miss_scaling
@@ -393,8 +396,8 @@ def publish(files: list[str]) -> int:
             p["p50_ratio_to_smallest"] = round(p["p50_ms"] / b, 2) if b else None
     res = {"runs": runs}
     PUBLISHED.mkdir(exist_ok=True)
-    (PUBLISHED / "miss_scaling.json").write_text(json.dumps(res, indent=1))
-    path = miss_scaling(res, PUBLISHED)
+    (PUBLISHED / f"{name}.json").write_text(json.dumps(res, indent=1))
+    path = miss_scaling(res, PUBLISHED, name, title)
     print(path)
     print(markdown(runs))
     return 0

@@ -337,7 +337,7 @@ def stream_latency(res: dict, out: Path, stamp: str) -> Path | None:
     return p
 
 
-def miss_scaling(res: dict, out: Path) -> Path:
+def miss_scaling(res: dict, out: Path, name: str = "miss_scaling", title: str = "") -> Path:
     """Miss p50/p99 against table size, per phase (bench/miss_scaling.py --plot): quiet
     unclustered, quiet clustered, and clustered with a write stream, flushes and compaction;
     right, the compressed MB a miss's key filter can touch (stats()' footer estimate)."""
@@ -380,8 +380,8 @@ def miss_scaling(res: dict, out: Path) -> Path:
 
     la = ", ".join(load(r) for r in runs)
     stamp = f"{runs[0]['machine']['date'][:10]}, {runs[0]['machine']['cores']} cores; {la}"
-    p = out / "miss_scaling.png"
-    _finish(fig, p, f"Miss cost against table size ({stamp})")
+    p = out / f"{name}.png"
+    _finish(fig, p, f"Miss cost against table size{': ' + title if title else ''}\n({stamp})")
     return p
 
 
