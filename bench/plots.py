@@ -363,6 +363,54 @@ def subscribe_latency(res: dict, out: Path, stamp: str) -> Path | None:
     return p
 
 
+def miss_scaling(res: dict, out: Path, name: str = "miss_scaling", title: str = "") -> Path:
+    """Miss p50/p99 against table size, per phase (bench/miss_scaling.py --plot): quiet
+    unclustered, quiet clustered, and clustered with a write stream, flushes and compaction;
+    right, the compressed MB a miss's key filter can touch (stats()' footer estimate)."""
+    plt = _plt()
+    runs = res["runs"]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.4))
+    styles = {"unclustered": ("C3", "quiet, unclustered"),
+              "clustered": ("C0", "quiet, clustered by k"),
+              "live": ("C2", "clustered + writes, flushes, compaction")}
+    for phase, (color, label) in styles.items():
+        pts = [(r["rows"], p) for r in runs for p in r["phases"] if p["phase"] == phase]
+        if not pts:
+            continue
+        xs = [x for x, _ in pts]
+        axes[0].plot(xs, [p["p50_ms"] for _, p in pts], "o-", color=color, label=f"{label} p50")
+        axes[0].plot(xs, [p["p99_ms"] for _, p in pts], "x--", color=color, alpha=0.6,
+                     label=f"{label} p99")
+        axes[1].plot(xs, [max(p["mb_scanned"], 1e-3) for _, p in pts], "o-", color=color,
+                     label=label)
+    base = [p for p in runs[0]["phases"] if p["phase"] == "live"]
+    if base:
+        x = [r["rows"] for r in runs]
+        axes[0].plot(x, [2 * base[0]["p50_ms"]] * len(x), ":", color="black",
+                     label="goal: 2x live p50 at the smallest size")
+    for ax in axes:
+        ax.set_xscale("log")
+        ax.set_xlabel("rows in the table (log)")
+        ax.grid(alpha=0.3)
+    axes[0].set_yscale("log")
+    axes[0].set_ylabel("miss latency (ms, log)")
+    axes[0].set_title("miss latency (each read a new key: one upquery)")
+    axes[0].legend(fontsize=6)
+    axes[1].set_yscale("log")
+    axes[1].set_ylabel("MB a miss can touch (footer estimate, log)")
+    axes[1].set_title("per-miss scan footprint (stats()['upquery_scan'])")
+    axes[1].legend(fontsize=6)
+    def load(r: dict) -> str:  # the 1-minute load average over the run's measurements
+        xs = [x for p in r["phases"] for x in (p["loadavg_start"][0], p["loadavg_end"][0])]
+        return f"{r['rows'] / 1e6:g}M at load {min(xs):g}–{max(xs):g}"
+
+    la = ", ".join(load(r) for r in runs)
+    stamp = f"{runs[0]['machine']['date'][:10]}, {runs[0]['machine']['cores']} cores; {la}"
+    p = out / f"{name}.png"
+    _finish(fig, p, f"Miss cost against table size{': ' + title if title else ''}\n({stamp})")
+    return p
+
+
 def draw_all(res: dict, out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     stamp = f"{res['meta']['date']}{', quick' if res['config'].get('quick') else ''}"

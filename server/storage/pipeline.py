@@ -185,7 +185,7 @@ def compactor_loop(st: Storage) -> None:
             if st._stop_bg:
                 return
             try:
-                maintenance.compact_table(st, e)
+                maintenance.compact_table(st, e, tiered=True)
             except Exception:
                 log.exception("background compaction of %s failed", e.schema.name)
                 time.sleep(1.0)

@@ -142,3 +142,50 @@ def test_new_clustering_resorts_a_compacted_segment(make_store, tmp_path) -> Non
     st.compact("t")
     assert the_segment(st) == path
     assert rows_at(st, lsns[-1]) == before
+
+
+def test_tiered_compaction_leaves_the_big_sorted_segment_and_keeps_rows(make_store,
+                                                                        tmp_path) -> None:
+    from partialflow.server.storage import maintenance
+
+    st = make_store(tmp_path / "t", row_group_rows=200, retention_lsns=20)
+    lsns = build(st, seed=11)
+    st.set_clustering({"t": ["k"]})
+    st.compact("t")  # one big segment, sorted by k
+    big = the_segment(st)
+    rng = random.Random(3)
+    for _ in range(4):  # small flushed segments beside it
+        lsns.append(st.write("t", [(rng.randrange(200), "c", 1.0, True)] * 5, []))
+        st.flush()
+    probe = [lsns[-20], lsns[-6], lsns[-1]]
+    before = {lsn: rows_at(st, lsn) for lsn in probe}
+    entry = st._catalog.tables["t"]
+    assert st.stats()["segments"]["t"] == 5
+    report = maintenance.compact_table(st, entry, tiered=True)
+    assert report["segments_after"] == 2, report
+    with st.snapshot() as snap:
+        paths = snap.table_view("t").paths()
+    assert big in paths, "the big sorted segment was rewritten"
+    for lsn, rows in before.items():
+        assert rows_at(st, lsn) == rows, f"rows changed at LSN {lsn}"
+    # A full compaction (what compact() does) still merges everything into one segment.
+    assert st.compact("t")["segments_after"] == 1
+    for lsn, rows in before.items():
+        assert rows_at(st, lsn) == rows, f"rows changed at LSN {lsn}"
+
+
+def test_tier_inputs_picks_all_unless_the_big_segment_is_sorted_and_the_rest_small() -> None:
+    from partialflow.server.storage.catalog import SegmentMeta
+    from partialflow.server.storage.maintenance import tier_inputs
+
+    def seg(rows: int, sorted_by: tuple = ("k",)) -> SegmentMeta:
+        return SegmentMeta(f"s{rows}-{len(sorted_by)}.parquet", 1, 2, rows, 0, 1, sorted_by)
+
+    big, a, b = seg(1000), seg(30), seg(40)
+    assert tier_inputs((big, a, b), ("k",)) == (a, b)
+    assert tier_inputs((big, a, b), ("v",)) == (big, a, b)  # clustering changed: re-sort
+    assert tier_inputs((big, a, b), ()) == (big, a, b)
+    assert tier_inputs((big, a), ("k",)) == (big, a)
+    assert tier_inputs((seg(100), a, b), ("k",)) == (seg(100), a, b)  # the rest not small
+    unsorted = seg(1000, ())
+    assert tier_inputs((unsorted, a, b), ("k",)) == (unsorted, a, b)
