@@ -41,20 +41,20 @@ def state_frame(st: State, keys: set[Row], snapshot: Any, memo: dict[int, DataFr
     """The rows of ``st`` for ``keys`` at ``snapshot`` (memo: node id -> its frame); each
     base table scan is appended to ``scans`` (for the per-miss footprint figure)."""
     node = st.node
-    filters: BaseFilters = {}
     if st.kind == "grouped":
         op: Any = node.op
-        below = trace(op, st.partial_cols, 0)
-        if below is not None and st.partial_cols:
-            _base_filters(node.parents[0], below, keys, filters)
+        below = trace(op, st.partial_cols, 0) if st.partial_cols else None
+        # The key is pushed into parent 0 only; the other parents' scans are whole.
+        filters = _base_filters(
+            [(p, below if i == 0 else None) for i, p in enumerate(node.parents)], keys)
         df = compile_state(
             op, [subtree(p, snapshot, memo, filters, scans) for p in node.parents])
         groups = op.group_columns()
         cols = [groups.index(c) for c in st.partial_cols]
     else:
         side = 0 if node.view is not None else next(s for s, x in node.sides.items() if x is st)
-        if st.partial_cols:
-            _base_filters(node.parents[side], st.partial_cols, keys, filters)
+        filters = _base_filters(
+            [(node.parents[side], tuple(st.partial_cols) if st.partial_cols else None)], keys)
         df = subtree(node.parents[side], snapshot, memo, filters, scans)
         cols = list(st.partial_cols)
     if st.partial_cols:
@@ -97,20 +97,36 @@ def subtree(
     return df
 
 
-def _base_filters(node: Node, cols: tuple[int, ...], keys: set[Row], out: BaseFilters) -> None:
-    """Trace key columns down to base tables: per base node, allowed values per column."""
-    if node.table is not None:
-        f = out.setdefault(node.nid, {})
-        for i, c in enumerate(cols):
-            vals = {k[i] for k in keys if k[i] is not None}
-            f[c] = f[c] & vals if c in f else vals
-        return
-    if node.op is None:
-        return
-    for p, parent in enumerate(node.parents):
-        mapped = trace(node.op, cols, p)
-        if mapped is not None:
-            _base_filters(parent, mapped, keys, out)
+def _base_filters(starts: list[tuple[Node, tuple[int, ...] | None]], keys: set[Row]
+                  ) -> BaseFilters:
+    """Trace key columns down to base tables: per base node, allowed values per column.
+
+    ``starts`` are the subtrees a plan compiles, each with the key columns traced into it
+    (None: not traced). A base node's scan is compiled once however many paths reach it
+    (``subtree``'s memo), so it is filtered only when every path carries the same filter.
+    A self-join reaches one table twice, once through the key's side and once through
+    the other; filtering that scan by the key would drop the other side's rows."""
+    reached: dict[int, list[dict[int, set] | None]] = {}
+
+    def walk(node: Node, cols: tuple[int, ...] | None) -> None:
+        if node.table is not None:
+            f: dict[int, set] | None = None
+            if cols is not None:
+                f = {}
+                for i, c in enumerate(cols):  # two key columns on one base column: both
+                    vals = {k[i] for k in keys if k[i] is not None}
+                    f[c] = f[c] & vals if c in f else vals
+            reached.setdefault(node.nid, []).append(f)
+            return
+        if node.op is None:
+            return
+        for p, parent in enumerate(node.parents):
+            walk(parent, trace(node.op, cols, p))
+
+    for node, cols in starts:
+        walk(node, cols)
+    return {nid: fs[0] for nid, fs in reached.items()
+            if fs[0] is not None and all(f == fs[0] for f in fs)}
 
 
 def keep_keys(df: DataFrame, cols: list[int], keys: set[Row]) -> DataFrame:
