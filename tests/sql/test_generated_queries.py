@@ -68,7 +68,8 @@ def test_generated_queries_match_spark_and_sqlite(server, uniq, capsys):
     began = time.monotonic()
     counts: Counter = Counter()
     mismatches: list[str] = []
-    with server.client() as c:
+    # A long timeout: on a busy shared machine a view's first Spark load can take over 30 s.
+    with server.client(timeout=300) as c:
         for t, cols in SCHEMA.items():
             c.execute(f"CREATE TABLE {names[t]} ({', '.join(f'{n} {ty}' for n, ty in cols)})")
             c.insert(names[t], live[t])
