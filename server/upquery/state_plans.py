@@ -51,16 +51,14 @@ def traced_filters(st: State, keys: set[Row]) -> BaseFilters:
     """The keys traced down to base columns: per base node, allowed values per column (a
     superset filter: the exact key filter goes on top)."""
     node = st.node
-    filters: BaseFilters = {}
     if not st.partial_cols:
-        return filters
+        return {}
     if st.kind == "grouped":
         below = trace(node.op, st.partial_cols, 0)  # type: ignore[arg-type]
-        if below is not None:
-            _base_filters(node.parents[0], below, keys, filters)
-    else:
-        _base_filters(node.parents[_input_of(st)], st.partial_cols, keys, filters)
-    return filters
+        # The key is pushed into parent 0 only; the other parents' scans are whole.
+        return _base_filters(
+            [(p, below if i == 0 else None) for i, p in enumerate(node.parents)], keys)
+    return _base_filters([(node.parents[_input_of(st)], tuple(st.partial_cols))], keys)
 
 
 def key_columns(st: State) -> list[int]:
@@ -151,20 +149,36 @@ def subtree(
     return df
 
 
-def _base_filters(node: Node, cols: tuple[int, ...], keys: set[Row], out: BaseFilters) -> None:
-    """Trace key columns down to base tables: per base node, allowed values per column."""
-    if node.table is not None:
-        f = out.setdefault(node.nid, {})
-        for i, c in enumerate(cols):
-            vals = {k[i] for k in keys if k[i] is not None}
-            f[c] = f[c] & vals if c in f else vals
-        return
-    if node.op is None:
-        return
-    for p, parent in enumerate(node.parents):
-        mapped = trace(node.op, cols, p)
-        if mapped is not None:
-            _base_filters(parent, mapped, keys, out)
+def _base_filters(starts: list[tuple[Node, tuple[int, ...] | None]], keys: set[Row]
+                  ) -> BaseFilters:
+    """Trace key columns down to base tables: per base node, allowed values per column.
+
+    ``starts`` are the subtrees a plan compiles, each with the key columns traced into it
+    (None: not traced). A base node's scan is compiled once however many paths reach it
+    (``subtree``'s memo), so it is filtered only when every path carries the same filter.
+    A self-join reaches one table twice, once through the key's side and once through
+    the other; filtering that scan by the key would drop the other side's rows."""
+    reached: dict[int, list[dict[int, set] | None]] = {}
+
+    def walk(node: Node, cols: tuple[int, ...] | None) -> None:
+        if node.table is not None:
+            f: dict[int, set] | None = None
+            if cols is not None:
+                f = {}
+                for i, c in enumerate(cols):  # two key columns on one base column: both
+                    vals = {k[i] for k in keys if k[i] is not None}
+                    f[c] = f[c] & vals if c in f else vals
+            reached.setdefault(node.nid, []).append(f)
+            return
+        if node.op is None:
+            return
+        for p, parent in enumerate(node.parents):
+            walk(parent, trace(node.op, cols, p))
+
+    for node, cols in starts:
+        walk(node, cols)
+    return {nid: fs[0] for nid, fs in reached.items()
+            if fs[0] is not None and all(f == fs[0] for f in fs)}
 
 
 def keep_keys(df: DataFrame, cols: list[int], keys: set[Row]) -> DataFrame:
