@@ -96,7 +96,8 @@ class Evictor:
         self.enforce_memory()
 
     def lru_sizes(self) -> dict[tuple[int, Row], int]:
-        """(sid, fill key) -> bytes accounted, least recently used first (for checks)."""
+        """(sid, fill key) -> bytes accounted, for checks (cachetools iterates its keys
+        in insertion order, not recency: eviction order shows in ``enforce_memory``)."""
         return {key: self._bytes[key] for key in self._lru}
 
     def touch(self, st: State, fk: Row) -> None:
