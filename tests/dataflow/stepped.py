@@ -231,3 +231,18 @@ def norm_value(v: Any) -> Any:
             return "NaN"
         return float(f"{v:.9g}")  # incremental float sums differ in the last bits
     return v
+
+
+def assert_exact(h: Harness, view: str, keys: list, answers: list) -> None:
+    """Each key's answer equals sqlite over the model's tables at the answer's LSN."""
+    for key, (rows, lsn) in zip(keys, answers, strict=True):
+        problem = h.mismatch(view, key, rows, lsn)
+        assert problem is None, problem
+
+
+def assert_settled(h: Harness) -> None:
+    """Run until nothing is left; then nothing is pending anywhere and every state and
+    its byte accounting match the model."""
+    h.settle()
+    problems = h.check_quiet() + h.check_states()
+    assert not problems, "\n".join(problems)

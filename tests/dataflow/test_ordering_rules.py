@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import pytest
 from stepped import Harness
+from stepped import assert_exact as _assert_exact
+from stepped import assert_settled as _finish_all
 
 from partialflow.server.errors import DeadlineExceeded, InvalidArgument, Unavailable
 
@@ -39,18 +41,6 @@ def _issue(h: Harness) -> None:
     h.run()
     h.clock.advance(0.006)
     h.run()
-
-
-def _assert_exact(h: Harness, view: str, keys: list, answers: list) -> None:
-    for key, (rows, lsn) in zip(keys, answers, strict=True):
-        problem = h.mismatch(view, key, rows, lsn)
-        assert problem is None, problem
-
-
-def _finish_all(h: Harness) -> None:
-    h.settle()
-    problems = h.check_quiet() + h.check_states()
-    assert not problems, "\n".join(problems)
 
 
 def test_writes_during_a_fill_are_held_and_replayed_once() -> None:

@@ -5,7 +5,7 @@ sqlite at its LSN."""
 
 from __future__ import annotations
 
-from stepped import Harness
+from stepped import Harness, assert_exact, assert_settled
 
 from partialflow.server.dataflow.packets import Tick
 
@@ -21,16 +21,9 @@ def _count_view(**kw) -> Harness:
 
 
 def _exact(h: Harness, view: str, keys: list) -> None:
-    for key, (rows, lsn) in zip(keys, h.lookup(view, keys), strict=True):
-        assert lsn == h.model.lsn
-        problem = h.mismatch(view, key, rows, lsn)
-        assert problem is None, problem
-
-
-def _quiet(h: Harness) -> None:
-    h.settle()
-    problems = h.check_quiet() + h.check_states()
-    assert not problems, "\n".join(problems)
+    answers = h.lookup(view, keys)
+    assert all(lsn == h.model.lsn for _, lsn in answers)
+    assert_exact(h, view, keys, answers)
 
 
 def test_writes_queued_back_to_back_apply_as_one_packet() -> None:
@@ -44,7 +37,7 @@ def test_writes_queued_back_to_back_apply_as_one_packet() -> None:
     assert h.ex.stats.counters["writes_applied"] >= 5
     assert h.ex.applied_lsn == h.model.lsn
     _exact(h, "v", keys)
-    _quiet(h)
+    assert_settled(h)
 
 
 def test_a_write_with_deletes_starts_a_new_run() -> None:
@@ -60,7 +53,7 @@ def test_a_write_with_deletes_starts_a_new_run() -> None:
     assert h.run() == 3  # [insert], [delete+insert, insert], [delete]
     assert h.ex.stats.counters["writes_coalesced"] == 2
     _exact(h, "v", keys)
-    _quiet(h)
+    assert_settled(h)
 
 
 def test_a_run_reaching_a_pending_key_is_held_and_replayed_once() -> None:
@@ -81,7 +74,7 @@ def test_a_run_reaching_a_pending_key_is_held_and_replayed_once() -> None:
     [(rows, lsn)] = read.answer()
     assert lsn == h.model.lsn and h.mismatch("v", (2,), rows, lsn) is None
     _exact(h, "v", [(1,), (2,)])
-    _quiet(h)
+    assert_settled(h)
 
 
 def test_writes_to_different_tables_are_not_merged() -> None:
@@ -98,7 +91,7 @@ def test_writes_to_different_tables_are_not_merged() -> None:
     assert h.run() == 3  # a, b, then a run of two writes to a
     assert h.ex.stats.counters["writes_coalesced"] == 2
     _exact(h, "j", keys)
-    _quiet(h)
+    assert_settled(h)
 
 
 def test_a_write_does_not_make_a_key_recent() -> None:
