@@ -476,6 +476,7 @@ class Dataflow:
                 # runner measures it (the Spark runner does; test fakes may not).
                 **({"upquery_scan": self.runner.scan_stats()}
                    if hasattr(self.runner, "scan_stats") else {}),
+                **(self.runner.index_stats() if hasattr(self.runner, "index_stats") else {}),
                 "fills_in_flight": len(ex.fills.active),
                 "state_anomalies": sum(st.anomalies for st in ev.states.values()),
                 **self.subscriptions.stats(),

@@ -34,7 +34,7 @@ log = logging.getLogger("partialflow.upquery")
 
 # Index fills answered by one scan at most; the values of a batch's keys pushed into the
 # scan as a filter at most (beyond, the whole table's changes are read and filtered here).
-MAX_BATCH = 64
+MAX_BATCH = 512
 BATCH_FILTER_VALUES = 2000
 
 
@@ -54,6 +54,7 @@ class SparkUpqueryRunner:
         # upquery's pushed-down filter can touch, estimated from Parquet footers.
         self._scan = Counter[str]()
         self._last_scan: dict[str, int] = {}
+        self._index = Counter[str]()  # index fill batches (``index_stats``)
         # Each state's plan, built once per base data and reused with new keys.
         self.plans = PlanCache()
 
@@ -180,6 +181,13 @@ class SparkUpqueryRunner:
         }
         return {**total, **per, "last": last}
 
+    def index_stats(self) -> dict[str, int]:
+        """Index fills drained from the queue: batches, fills, the largest batch and the
+        longest queue seen (a queue longer than a batch means Spark falls behind)."""
+        with self._jobs_lock:
+            return {f"index_{k}": self._index[k]
+                    for k in ("batches", "batch_fills", "batch_max", "queue_max")}
+
     # -- index fills: queued per index state, drained in batches -------------------------
     def _queue_index(self, fill: Fill, snapshot: Any, reply: Reply) -> None:
         key = tuple(st.sid for st in fill.roots)
@@ -208,6 +216,11 @@ class SparkUpqueryRunner:
                 batch, rest = queued[:MAX_BATCH], queued[MAX_BATCH:]
                 if rest:
                     self._index_queue[key] = rest
+                # How well index fills share scans, and how far behind the queue runs.
+                self._index["batches"] += 1
+                self._index["batch_fills"] += len(batch)
+                self._index["batch_max"] = max(self._index["batch_max"], len(batch))
+                self._index["queue_max"] = max(self._index["queue_max"], len(queued))
             try:
                 try:
                     replies = self._run_batch([(f, snap) for f, snap, _ in batch])
@@ -243,24 +256,27 @@ class SparkUpqueryRunner:
         changes up to the newest snapshot, consolidated per fill in Python; anything else
         runs fill by fill.
 
-        One scan serves only snapshots that see the same segment files: a flush or a
-        compaction between two of them (a compaction consolidates rows up to its horizon,
-        which may be above an older, still-queued snapshot) splits the batch there."""
+        One scan serves every snapshot at or above the newest one's horizon, whatever
+        flushes and compactions happened between them."""
         table = _base_table_of(batch[0][0])
         if len(batch) == 1 or table is None:
             return {fill.fid: self.run(fill, snap) for fill, snap in batch}
-        out: dict[int, FillResults] = {}
-        group: list[tuple[Fill, Any]] = []
-        for fill, snap in sorted(batch, key=lambda b: b[0].lsn):
-            if group and snap.table_view(table).segments != group[0][1].table_view(
-                    table).segments:
-                out.update(self._scan_changes(group, table))
-                group = []
-            group.append((fill, snap))
-        out.update(self._scan_changes(group, table))
+        # The newest snapshot's stored changes hold every older snapshot's rows with their
+        # own LSNs (a flush moves rows, it does not change them) except where a compaction
+        # consolidated them: rows up to its horizon get _lsn = horizon. Compaction keeps
+        # its horizon at or below every pinned snapshot (each queued fill pins its own),
+        # so a fill below the newest snapshot's horizon should not occur; one that does
+        # is answered from its own snapshot.
+        newest = max(batch, key=lambda b: b[0].lsn)[1]
+        horizon = newest.table_view(table).horizon
+        shared = [(f, s) for f, s in batch if f.lsn >= horizon]
+        out = {f.fid: self.run(f, s) for f, s in batch if f.lsn < horizon}
+        out.update(self._scan_changes(shared, table))
         return out
 
     def _scan_changes(self, batch: list[tuple[Fill, Any]], table: str) -> dict[int, FillResults]:
+        if not batch:
+            return {}
         if len(batch) == 1:
             fill, snap = batch[0]
             return {fill.fid: self.run(fill, snap)}

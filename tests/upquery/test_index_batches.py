@@ -47,3 +47,52 @@ def test_a_batch_of_index_fills_answers_each_at_its_own_snapshot(server, uniq):
     finally:
         for snap in snaps:
             snap.close()
+
+
+def test_one_scan_serves_snapshots_pinned_across_flushes_and_a_compaction(server, uniq):
+    """Fills queued at different times see different segment files: flushes and a
+    compaction ran between them. The newest snapshot's changes still answer the older
+    fills exactly (compaction's horizon stays at or below every pinned snapshot), and the
+    batch takes one scan instead of one per set of files."""
+    info, visit = f"{uniq}info", f"{uniq}visit"
+    with server.client() as c:
+        c.execute(f"CREATE TABLE {info} (product TEXT, category TEXT)")
+        c.execute(f"CREATE TABLE {visit} (product TEXT, user TEXT, length BIGINT)")
+        c.insert(info, [(f"p{i}", f"c{i % 3}") for i in range(9)])
+        c.execute(
+            f"CREATE VIEW {uniq}m AS SELECT category, MAX(length) AS m FROM {info} JOIN {visit} "
+            f"ON {info}.product = {visit}.product WHERE category = ? GROUP BY category")
+    df = server.engine.dataflow
+    join = df._reader(f"{uniq}m").state.below[0].node.parents[0]
+    while not join.sides:
+        join = join.parents[0]
+    index = next(st for st in join.sides.values() if st.mode == "miss")
+    runner, storage = df.runner, server.engine.storage
+    keys = {("p1",), ("p2",), ("p5",)}
+    fills, snaps = [], []
+    with server.client() as c:
+        for step in range(3):
+            c.insert(visit, [(f"p{i % 6}", "u", 10 * step + i) for i in range(12)])
+            lsn = c.delete(visit, [("p1", "u", 10 * step + 1)])
+            fill = Fill(requester=index, lsn=lsn, started=0.0, index=True)
+            fill.keys[index] = set(keys)
+            fill.roots = [index]
+            fills.append(fill)
+            snaps.append(storage.snapshot(lsn))  # pinned, as a queued index fill is
+            c.flush()
+            if step == 1:
+                c.compact(visit)  # horizon held at the first pinned snapshot
+    try:
+        first, last = (s.table_view(visit).segments for s in (snaps[0], snaps[2]))
+        assert first != last, "the snapshots should see different segment files"
+        scans = runner.scan_stats().get("upqueries", 0)
+        together = runner._run_batch(list(zip(fills, snaps, strict=True)))
+        assert runner.scan_stats()["upqueries"] == scans + 1  # one scan for all three
+        for fill, snap in zip(fills, snaps, strict=True):
+            alone = runner.run(fill, snap)
+            got = Counter(together[fill.fid][index.sid])
+            assert got == Counter(alone[index.sid]), f"fill at LSN {fill.lsn}"
+            assert got, "each fill has rows for its keys"
+    finally:
+        for snap in snaps:
+            snap.close()
