@@ -207,6 +207,13 @@ class Executor:
                 break
             self._run(packet)
 
+    def run_next(self) -> bool:
+        """Stepped mode: run the next queued packet, if any; returns whether one was."""
+        packet = self.inbox.take_nowait()
+        if packet is not None and not isinstance(packet, Stop):
+            self._run(packet)
+        return packet is not None
+
     def run_pending(self) -> int:
         """Stepped mode: run every queued packet (and a tick if a wake time has passed)
         on this thread; returns how many ran."""

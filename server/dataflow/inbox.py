@@ -1,31 +1,49 @@
 """The executor's inbox: the queue of packets, the timer that pokes it, and write runs.
 
-Anyone may put a packet in (any thread); only the executor takes them out, in order.
-Writes to one table queued back to back come out as one ``WriteRun`` (see
-``packets.can_join``): per-key work (aggregate folds, accounting, republishing) is then
-paid once per key per run rather than once per write. An idle executor takes each write
-alone; a busy one, with writes waiting, batches more, as a group commit does.
+Anyone may put a packet in (any thread); only the executor takes them out. Writes to one
+table queued back to back come out as one ``WriteRun`` (see ``packets.can_join``): per-key
+work (aggregate folds, accounting, republishing) is then paid once per key per run rather
+than once per write. An idle executor takes each write alone; a busy one, with writes
+waiting, batches more, as a group commit does.
+
+Read misses and fill replies go ahead of queued writes (``URGENT``). Neither depends on
+where the executor is in the write stream: a fill is taken at the LSN the executor has
+applied when it issues it, and its reply may land at any later position (updates in
+between are held and replayed). A read with a floor waits for the floor before it misses
+(``Dataflow.lookup``). Behind a backlog of writes, a FIFO made a read wait for every
+queued write first, and kept keys gated on an index fill whose reply had already come.
 """
 
 from __future__ import annotations
 
-import queue
 import threading
+from collections import deque
 from collections.abc import Callable
 
-from partialflow.server.dataflow.packets import Packet, Tick, Write, WriteRun, can_join
+from partialflow.server.dataflow.packets import (
+    FillDone,
+    Miss,
+    Packet,
+    Tick,
+    Write,
+    WriteRun,
+    can_join,
+)
 
 # The most rows one run may hold: a bigger run holds the executor's lock longer.
 COALESCE_ROWS = 16384
+
+# Packets taken before anything else queued (in their own arrival order).
+URGENT = (Miss, FillDone)
 
 
 class Inbox:
     def __init__(self, clock: Callable[[], float]) -> None:
         self.clock = clock
         self.coalesce_rows = COALESCE_ROWS  # 0: every write is its own packet
-        self._queue: queue.Queue[Packet] = queue.Queue()
-        # A packet taken out while building a run that could not join it: comes out next.
-        self._carry: Packet | None = None
+        self._urgent: deque[Packet] = deque()
+        self._ordered: deque[Packet] = deque()  # everything else, in arrival order
+        self._ready = threading.Condition(threading.Lock())
         # When a timer will next poke the loop. Set by the executor thread, cleared by the
         # timer's thread: guarded by its own lock (the executor's may be held long).
         self._wake: float | None = None
@@ -33,50 +51,50 @@ class Inbox:
         self.timers = True  # False when stepped: ``take_nowait`` ticks once a wake is due
 
     def put(self, packet: Packet) -> None:
-        self._queue.put(packet)
+        with self._ready:
+            (self._urgent if isinstance(packet, URGENT) else self._ordered).append(packet)
+            self._ready.notify()
 
     def empty(self) -> bool:
-        return self._carry is None and self._queue.empty()
+        with self._ready:
+            return not self._urgent and not self._ordered
 
     def take(self, timeout: float) -> Packet | None:
         """The next packet, waiting up to ``timeout`` seconds (None: nothing came)."""
-        if self._carry is not None:
-            packet, self._carry = self._carry, None
-        else:
-            try:
-                packet = self._queue.get(timeout=timeout)
-            except queue.Empty:
-                return None
-        return self._runs(packet)
+        with self._ready:
+            if not self._urgent and not self._ordered:
+                self._ready.wait(timeout)
+            return self._next()
 
     def take_nowait(self) -> Packet | None:
         """The next packet, or a tick if a wake time has passed, or None (stepped mode)."""
-        if self._carry is not None:
-            packet, self._carry = self._carry, None
-            return self._runs(packet)
-        try:
-            return self._runs(self._queue.get_nowait())
-        except queue.Empty:
-            with self._wake_lock:
-                due = self._wake is not None and self.clock() >= self._wake
-                if due:
-                    self._wake = None
-            return Tick() if due else None
+        with self._ready:
+            packet = self._next()
+        if packet is not None:
+            return packet
+        with self._wake_lock:
+            due = self._wake is not None and self.clock() >= self._wake
+            if due:
+                self._wake = None
+        return Tick() if due else None
 
-    def _runs(self, packet: Packet) -> Packet:
-        """``packet``, or if it is a write, it and the writes queued right behind it that
-        can join it, as one run (the first that cannot is carried to the next take)."""
+    def _next(self) -> Packet | None:
+        """(Lock held.) An urgent packet, else the next in order: a write with the writes
+        queued right behind it that can join it, as one run."""
+        if self._urgent:
+            return self._urgent.popleft()
+        if not self._ordered:
+            return None
+        packet = self._ordered.popleft()
         if not isinstance(packet, Write):
             return packet
+        queued = self._ordered
         run, rows = [packet.record], len(packet.record.rows)
-        while True:
-            try:
-                nxt = self._queue.get_nowait()
-            except queue.Empty:
-                break
+        while queued:
+            nxt = queued[0]
             if not (isinstance(nxt, Write) and can_join(run, rows, nxt.record, self.coalesce_rows)):
-                self._carry = nxt
                 break
+            queued.popleft()
             run.append(nxt.record)
             rows += len(nxt.record.rows)
         return packet if len(run) == 1 else WriteRun(run)

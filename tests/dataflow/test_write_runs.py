@@ -121,3 +121,27 @@ def test_a_read_makes_a_key_recent() -> None:
     ev = h.ex.evictor
     ev.set_memory_limit(ev.memory_bytes - 1)
     assert reader.is_filled((0,)) and not reader.is_filled((1,))
+
+
+def test_a_fill_reply_lands_before_the_writes_queued_ahead_of_it() -> None:
+    """A read does not wait for a backlog of writes it did not ask to see: the reply to
+    its fill goes ahead of them (inbox.URGENT), the read is answered exact at the fill's
+    LSN, and the writes then apply to the filled key."""
+    h = _count_view()
+    read = h.begin("v", [(2,)])
+    h.run()
+    h.clock.advance(0.006)  # close the gathering window: the fill goes out
+    h.run()
+    [sub] = h.runner.pending
+    for i in range(3):
+        h.model.write("t", inserts=[(2, 10 * i), (1, i)])  # queued, not applied
+    h.runner.deliver()  # the reply is queued behind the three writes
+    assert h.ex.run_next()  # one packet: the reply
+    assert read.waiter is not None and read.waiter.event.is_set()
+    read.resume()
+    [(rows, lsn)] = read.answer()
+    assert lsn == sub.fill.lsn < h.model.lsn, "answered before the queued writes"
+    assert h.mismatch("v", (2,), rows, lsn) is None
+    h.run()
+    _exact(h, "v", [(1,), (2,)])
+    assert_settled(h)
