@@ -5,15 +5,19 @@ the downstream keys it reaches are blocked until that Spark job lands. In the co
 stream of Nexmark Q4 every new auction misses the bid-side index (no bid has seen it yet),
 so every category is blocked behind one Spark job after another and its reads wait.
 
-Most such keys are provably empty, because ids grow: a new auction's id is above every
-auction id that any bid carries. So for an evict-on-miss index keyed by one BIGINT column
-copied from a base table (through filter and project nodes only), the executor keeps
-``[lo, hi]``: a range that contains that column's value in every row the table held at
-any LSN from ``since`` on. It is loaded once by the runner (MIN and MAX over the table's
-stored changes at snapshot ``since``, deleted rows included: a superset is enough) and
-widened by every insert the executor applies after ``since``. A key outside the range
-has no rows at any LSN the executor has reached, so the hole can be filled, empty, at
-once: the delta joins nothing, nothing is gated, no upquery runs.
+Most such keys are provably empty: a new auction's id is one no bid has carried yet. So
+for an evict-on-miss index keyed by one BIGINT column copied from a base table (through
+filter and project nodes only), the executor keeps what that column has held in every
+row the table had at any LSN from ``since`` on: the distinct values themselves while
+there are at most ``MAX_VALUES`` of them, and always their range ``[lo, hi]``. Both are
+loaded once by the runner (over the table's stored changes at snapshot ``since``,
+deleted rows included: a superset is enough) and grown by every insert the executor
+applies after ``since``. A key not among the values (or outside the range, once there
+are too many values to keep) has no rows at any LSN the executor has reached, so the
+hole can be filled, empty, at once: the delta joins nothing, nothing is gated, no
+upquery runs. The range alone covers ids that only grow; the values also cover ids
+handed out from several ranges at once (one per producer), where a new id falls inside
+the range.
 
 Only exact where all of this holds, so only used there: single BIGINT key (Python ints
 compare as Spark's longs do), no state below the index (it fills alone), a live write
@@ -46,6 +50,10 @@ log = logging.getLogger("partialflow.executor")
 # (table, column index) -> (column name, column type), or None (the facade's column_info).
 ColumnInfo = Callable[[str, int], "tuple[str, str] | None"]
 
+# The most distinct values a bound keeps (a Python set of ints: about 5 MB at this size);
+# past it, only the range.
+MAX_VALUES = 100_000
+
 
 @dataclass(eq=False)
 class KeyBound:
@@ -60,6 +68,9 @@ class KeyBound:
     failed: bool = False
     lo: int | None = None  # None (with hi): no value seen yet
     hi: int | None = None
+    # Every value seen, while there are at most MAX_VALUES; None: the range only. Kept
+    # from the start, so inserts applied while the load runs are in it.
+    values: set[int] | None = field(default_factory=set, repr=False)
 
     def widen(self, value: Any) -> None:
         if value is None:  # NULL joins nothing
@@ -73,13 +84,32 @@ class KeyBound:
             self.lo = value
         if self.hi is None or value > self.hi:
             self.hi = value
+        if self.values is not None:
+            self.values.add(value)
+            self._cap()
+
+    def widen_ints(self, values: list[int]) -> None:
+        """``widen`` for a batch of ints (no NULLs), in C where it can be."""
+        if not values:
+            return
+        self.widen(min(values))
+        self.widen(max(values))
+        if self.values is not None:
+            self.values.update(values)
+            self._cap()
+
+    def _cap(self) -> None:
+        if self.values is not None and len(self.values) > MAX_VALUES:
+            self.values = None  # too many to keep: the range goes on alone
 
     def excludes(self, key: Row) -> bool:
         """Whether no row of the table has had ``key`` since ``since`` (ready only)."""
         if not self.ready or self.failed or len(key) != 1 or type(key[0]) is not int:
             return False
         v = key[0]
-        return self.lo is None or v < self.lo or v > self.hi  # type: ignore[operator]
+        if self.lo is None or v < self.lo or v > self.hi:  # type: ignore[operator]
+            return True
+        return self.values is not None and v not in self.values
 
 
 class KeyBounds:
@@ -109,15 +139,16 @@ class KeyBounds:
         bound.since = self.applied()
         submit, loaded = self.submit, self.loaded
 
-        def reply(lo: Any, hi: Any, error: BaseException | None) -> None:
+        def reply(lo: Any, hi: Any, values: list[Any] | None,
+                  error: BaseException | None) -> None:
             # Applied on the executor thread, in order with the writes.
-            submit(Call(lambda: loaded(bound, lo, hi, error), Future()))
+            submit(Call(lambda: loaded(bound, lo, hi, values, error), Future()))
 
         try:
             self.runner.load_bound(bound.table, bound.name, bound.since, reply)
         except Exception as e:  # only an optimisation: misses fetch their keys instead
             log.warning("key bound of %s could not start: %s", bound.state.label, e)
-            self.loaded(bound, None, None, e)
+            self.loaded(bound, None, None, None, e)
 
     def _new(self, st: State, info: ColumnInfo) -> KeyBound | None:
         if st.sid in self.by_state or not _eligible(st):
@@ -134,16 +165,23 @@ class KeyBounds:
         self.by_table.setdefault(table, []).append(bound)
         return bound
 
-    def loaded(self, bound: KeyBound, lo: Any, hi: Any, error: BaseException | None) -> None:
-        """The runner's MIN and MAX at ``bound.since`` (both None for no rows)."""
+    def loaded(self, bound: KeyBound, lo: Any, hi: Any, values: list[Any] | None,
+               error: BaseException | None) -> None:
+        """The runner's MIN and MAX at ``bound.since`` (both None for no rows), and the
+        distinct values (None: too many)."""
         if self.by_state.get(bound.state.sid) is not bound:
             return  # forgotten meanwhile
         if error is not None:
             bound.failed = True
             self.stats.count("key_bounds_failed")
             return
+        # Inserts applied since ``since`` are in the bound already (values and range).
+        if values is None:
+            bound.values = None  # too many values: the range only
         bound.widen(lo)
         bound.widen(hi)
+        for v in values or ():
+            bound.widen(v)
         if bound.failed:
             self.stats.count("key_bounds_failed")
             return
@@ -158,10 +196,8 @@ class KeyBounds:
         for b in bounds:
             c = b.column
             vals = [row[c] for row, d in zip(rows, diffs, strict=True) if d > 0]
-            if set(map(type, vals)) <= {int}:  # the usual case, in C: a batch's extremes
-                if vals:
-                    b.widen(min(vals))
-                    b.widen(max(vals))
+            if set(map(type, vals)) <= {int}:  # the usual case, in C
+                b.widen_ints(vals)
                 continue
             for v in vals:  # NULLs are skipped; anything else disables the bound
                 b.widen(v)

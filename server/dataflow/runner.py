@@ -29,8 +29,9 @@ FillResults = dict[int, list[Row]]  # root state sid -> its rows
 # Called exactly once per submitted fill, from any thread: (fill, results, None) or
 # (fill, None, error). It only enqueues a packet for the executor.
 Reply = Callable[["Fill", "FillResults | None", "BaseException | None"], None]
-# Called once per bound load, from any thread: (lo, hi, None) or (None, None, error).
-BoundReply = Callable[[Any, Any, "BaseException | None"], None]
+# Called once per bound load, from any thread: (lo, hi, values, None) or
+# (None, None, None, error); ``values``: the column's distinct values (None: too many).
+BoundReply = Callable[[Any, Any, "list[Any] | None", "BaseException | None"], None]
 
 
 class UpqueryRunner(Protocol):
@@ -54,9 +55,10 @@ class UpqueryRunner(Protocol):
 
     def load_bound(self, table: str, column: str, lsn: int, reply: BoundReply) -> None:
         """Start computing MIN and MAX of ``column`` over every stored change of ``table``
-        up to snapshot ``lsn`` (deleted rows too; both None when there are none), for a
-        key bound (``bounds.py``). Like ``submit``: pins ``lsn`` before returning, never
-        blocks on the answer."""
+        up to snapshot ``lsn`` (deleted rows too; both None when there are none), and its
+        distinct values when there are at most ``bounds.MAX_VALUES`` of them, for a key
+        bound (``bounds.py``). Like ``submit``: pins ``lsn`` before returning, never blocks
+        on the answer."""
         ...
 
     def cancel(self, fill: Fill) -> None:

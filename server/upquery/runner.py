@@ -24,6 +24,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from partialflow.operators.values import canonical_row
+from partialflow.server.dataflow.bounds import MAX_VALUES
 from partialflow.server.dataflow.fill import Fill
 from partialflow.server.dataflow.runner import BoundReply, FillResults, Reply
 from partialflow.server.upquery.faults import FaultInjector
@@ -101,21 +102,32 @@ class SparkUpqueryRunner:
             raise
 
     def load_bound(self, table: str, column: str, lsn: int, reply: BoundReply) -> None:
-        """MIN and MAX of ``column`` over the stored changes up to ``lsn`` (a key bound)."""
+        """MIN and MAX of ``column`` over the stored changes up to ``lsn``, and its distinct
+        values if there are at most MAX_VALUES (a key bound, ``bounds.py``)."""
         snapshot = self.storage.snapshot(lsn)  # pinned now, on the executor thread
 
         def run() -> None:
             try:
-                df = snapshot.table_changes_df(table)
+                df = snapshot.table_changes_df(table).select(column)
                 with self._jobs_lock:
                     self._jobs += 1
-                row = df.agg(F.min(column), F.max(column)).collect()[0]
+                # One pass for the range and an estimate of the distinct count; a second
+                # for the values themselves only when few enough to keep.
+                row = df.agg(F.min(column), F.max(column),
+                             F.approx_count_distinct(column)).collect()[0]
+                values = None
+                if row[2] <= MAX_VALUES * 0.9:
+                    with self._jobs_lock:
+                        self._jobs += 1
+                    got = df.distinct().limit(MAX_VALUES + 1).collect()
+                    if len(got) <= MAX_VALUES:
+                        values = [r[0] for r in got if r[0] is not None]
             except Exception as e:  # the bound is only an optimisation
                 log.warning("key bound of %s.%s failed: %s", table, column,
                             str(e).splitlines()[0] if str(e) else e)
-                reply(None, None, e)
+                reply(None, None, None, e)
             else:
-                reply(row[0], row[1], None)
+                reply(row[0], row[1], values, None)
             finally:
                 snapshot.close()
 

@@ -28,6 +28,7 @@ from partialflow.operators.base import GroupedOperator, Row
 from partialflow.operators.distinct import Distinct
 from partialflow.operators.join import Join
 from partialflow.operators.topk import TopK
+from partialflow.server.dataflow.bounds import MAX_VALUES
 from partialflow.server.dataflow.fill import Fill
 from partialflow.server.dataflow.graph import Node
 from partialflow.server.dataflow.runner import BoundReply, FillResults, Reply
@@ -52,6 +53,9 @@ class FakeRunner:
         # Keep bound loads waiting (even when ``auto`` or settling) until the test calls
         # deliver_bounds().
         self.hold_bounds = False
+        # Answer bound loads with the distinct values too (as the Spark runner does while
+        # there are at most MAX_VALUES of them); False: MIN and MAX only.
+        self.bound_values = True
         self._jobs = 0
         self._lock = threading.Lock()
 
@@ -88,7 +92,9 @@ class FakeRunner:
             # over the stored changes (a superset of the live rows' values is enough).
             values = [row[c] for at, t, row, d in self.model.history
                       if at <= lsn and t == table and d > 0 and row[c] is not None]
-            reply(min(values, default=None), max(values, default=None), None)
+            distinct = sorted(set(values))
+            reply(min(values, default=None), max(values, default=None),
+                  distinct if self.bound_values and len(distinct) <= MAX_VALUES else None, None)
 
     def cancel(self, fill: Fill) -> None:
         self.cancelled.add(fill.fid)

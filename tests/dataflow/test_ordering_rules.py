@@ -433,6 +433,33 @@ def test_new_auctions_fill_the_bid_index_empty_without_an_upquery() -> None:
     _finish_all(h)
 
 
+def test_a_new_id_inside_the_range_but_never_seen_is_filled_empty() -> None:
+    """Ids handed out from two ranges at once (two producers): a new auction of the lower
+    range is inside [lo, hi] but no bid has carried it. The bound's values prove it empty;
+    with too many values to keep (the range alone) it is fetched, and stays exact."""
+    for keep_values in (True, False):
+        h = _nexmark(hold_bounds=True)
+        h.runner.bound_values = keep_values
+        h.runner.hold_bounds = False
+        h.runner.deliver_bounds()
+        h.run()
+        h.model.write("auction", inserts=[(10_000, 1)])  # the other producer's range
+        h.model.write("bid", inserts=[(10_000, 1, 5.0)])
+        h.run()
+        before = h.ex.stats.counters.get("index_fills", 0)
+        h.model.write("auction", inserts=[(20, 2)])  # inside [0, 10000], never bid on
+        h.run()
+        fills = h.ex.stats.counters.get("index_fills", 0) - before
+        assert fills == (0 if keep_values else 1), (keep_values, fills)
+        if keep_values:
+            _read_warm(h, (2,))
+        h.model.write("bid", inserts=[(20, 3, 7.5), (5, 3, 1.0)])
+        h.run()
+        _finish_all(h)
+        _assert_exact(h, "avg_winning", CATS, h.lookup("avg_winning", CATS))
+        h.close()
+
+
 def test_a_key_inside_the_bound_is_fetched() -> None:
     """A bid that arrives before its auction puts the auction's id inside the bound: the
     auction's miss must then fetch the key (it has that bid), not assume it empty."""
