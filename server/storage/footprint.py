@@ -11,12 +11,12 @@ Segments are immutable, so each file's footer statistics are read once and cache
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow.parquet as pq
+from cachetools import LRUCache
 
 # One footer summary per segment file; a few thousand files at most stay cached.
 _CACHE_FILES = 4096
@@ -41,15 +41,14 @@ class Footprint:
 # Per row group: its compressed bytes and, per column, (min, max, has_nulls) or None when
 # the footer has no usable statistics for it.
 _Group = tuple[int, dict[str, tuple[Any, Any, bool] | None]]
-_cache: OrderedDict[str, list[_Group]] = OrderedDict()
+_cache: LRUCache[str, list[_Group]] = LRUCache(maxsize=_CACHE_FILES)
 _cache_lock = threading.Lock()
 
 
 def _groups(path: str) -> list[_Group]:
     with _cache_lock:
-        found = _cache.get(path)
+        found = _cache.get(path)  # a hit makes the file recent
         if found is not None:
-            _cache.move_to_end(path)
             return found
     meta = pq.ParquetFile(path).metadata
     names = meta.schema.names
@@ -69,8 +68,6 @@ def _groups(path: str) -> list[_Group]:
         groups.append((size, stats))
     with _cache_lock:
         _cache[path] = groups
-        while len(_cache) > _CACHE_FILES:
-            _cache.popitem(last=False)
     return groups
 
 
