@@ -218,10 +218,8 @@ class Executor:
         """Stepped mode: run every queued packet (and a tick if a wake time has passed)
         on this thread; returns how many ran."""
         n = 0
-        while (packet := self.inbox.take_nowait()) is not None:
-            if not isinstance(packet, Stop):
-                self._run(packet)
-                n += 1
+        while self.run_next():
+            n += 1
         return n
 
     def _run(self, packet: Packet, expire: bool = False) -> None:
