@@ -88,9 +88,13 @@ class KeyBound:
             self.values.add(value)
             self._cap()
 
-    def widen_ints(self, values: list[int]) -> None:
-        """``widen`` for a batch of ints (no NULLs), in C where it can be."""
+    def widen_all(self, values: list[Any]) -> None:
+        """``widen`` by each of ``values``; in C for the usual batch of plain ints."""
         if not values:
+            return
+        if not set(map(type, values)) <= {int}:
+            for v in values:  # NULLs are skipped; anything else disables the bound
+                self.widen(v)
             return
         self.widen(min(values))
         self.widen(max(values))
@@ -180,8 +184,7 @@ class KeyBounds:
             bound.values = None  # too many values: the range only
         bound.widen(lo)
         bound.widen(hi)
-        for v in values or ():
-            bound.widen(v)
+        bound.widen_all(values or [])
         if bound.failed:
             self.stats.count("key_bounds_failed")
             return
@@ -195,12 +198,7 @@ class KeyBounds:
             return
         for b in bounds:
             c = b.column
-            vals = [row[c] for row, d in zip(rows, diffs, strict=True) if d > 0]
-            if set(map(type, vals)) <= {int}:  # the usual case, in C
-                b.widen_ints(vals)
-                continue
-            for v in vals:  # NULLs are skipped; anything else disables the bound
-                b.widen(v)
+            b.widen_all([row[c] for row, d in zip(rows, diffs, strict=True) if d > 0])
 
     def excludes(self, st: State, key: Row) -> bool:
         b = self.by_state.get(st.sid)

@@ -5,9 +5,11 @@ sqlite at its LSN."""
 
 from __future__ import annotations
 
+from fake_runner import Submitted
 from stepped import Harness, assert_exact, assert_settled
 
 from partialflow.server.dataflow.packets import Tick
+from partialflow.server.dataflow.reads import Read
 
 COUNT = "SELECT k, COUNT(*) AS n, SUM(v) AS total FROM t WHERE k = ? GROUP BY k"
 JOIN = "SELECT a.k, a.v, b.w FROM a JOIN b ON a.k = b.k WHERE a.k = ?"
@@ -24,6 +26,16 @@ def _exact(h: Harness, view: str, keys: list) -> None:
     answers = h.lookup(view, keys)
     assert all(lsn == h.model.lsn for _, lsn in answers)
     assert_exact(h, view, keys, answers)
+
+
+def _read_with_fill_out(h: Harness, key: tuple) -> tuple[Read, Submitted]:
+    """A read of cold ``key`` whose fill has gone out and waits for its reply."""
+    read = h.begin("v", [key])
+    h.run()
+    h.clock.advance(0.006)  # close the gathering window: the fill goes out
+    h.run()
+    [sub] = h.runner.pending
+    return read, sub
 
 
 def test_writes_queued_back_to_back_apply_as_one_packet() -> None:
@@ -58,11 +70,7 @@ def test_a_write_with_deletes_starts_a_new_run() -> None:
 
 def test_a_run_reaching_a_pending_key_is_held_and_replayed_once() -> None:
     h = _count_view()
-    read = h.begin("v", [(2,)])
-    h.run()
-    h.clock.advance(0.006)  # close the gathering window: the fill goes out
-    h.run()
-    [sub] = h.runner.pending
+    read, sub = _read_with_fill_out(h, (2,))
     for i in range(3):
         h.model.write("t", inserts=[(2, 10 * i), (1, i)])
     h.run()
@@ -128,11 +136,7 @@ def test_a_fill_reply_lands_before_the_writes_queued_ahead_of_it() -> None:
     its fill goes ahead of them (inbox.URGENT), the read is answered exact at the fill's
     LSN, and the writes then apply to the filled key."""
     h = _count_view()
-    read = h.begin("v", [(2,)])
-    h.run()
-    h.clock.advance(0.006)  # close the gathering window: the fill goes out
-    h.run()
-    [sub] = h.runner.pending
+    read, sub = _read_with_fill_out(h, (2,))
     for i in range(3):
         h.model.write("t", inserts=[(2, 10 * i), (1, i)])  # queued, not applied
     h.runner.deliver()  # the reply is queued behind the three writes

@@ -7,9 +7,12 @@ from __future__ import annotations
 from collections import Counter
 
 from partialflow.server.dataflow.fill import Fill
+from partialflow.server.dataflow.state import State
 
 
-def test_a_batch_of_index_fills_answers_each_at_its_own_snapshot(server, uniq):
+def _visits_index(server, uniq: str) -> tuple[str, State]:
+    """The visits MAX view over fresh tables; returns the visit table's name and the
+    view's evict-on-miss join index on it (whose fills are index fills)."""
     info, visit = f"{uniq}info", f"{uniq}visit"
     with server.client() as c:
         c.execute(f"CREATE TABLE {info} (product TEXT, category TEXT)")
@@ -18,24 +21,31 @@ def test_a_batch_of_index_fills_answers_each_at_its_own_snapshot(server, uniq):
         c.execute(
             f"CREATE VIEW {uniq}m AS SELECT category, MAX(length) AS m FROM {info} JOIN {visit} "
             f"ON {info}.product = {visit}.product WHERE category = ? GROUP BY category")
+    join = server.engine.dataflow._reader(f"{uniq}m").state.below[0].node.parents[0]  # π, γ
+    while not join.sides:
+        join = join.parents[0]
+    return visit, next(st for st in join.sides.values() if st.mode == "miss")
+
+
+def _index_fill(index: State, lsn: int, keys: set) -> Fill:
+    fill = Fill(requester=index, lsn=lsn, started=0.0, index=True)
+    fill.keys[index] = set(keys)
+    fill.roots = [index]
+    return fill
+
+
+def test_a_batch_of_index_fills_answers_each_at_its_own_snapshot(server, uniq):
+    visit, index = _visits_index(server, uniq)
+    with server.client() as c:
         lsns = [c.insert(visit, [(f"p{i % 4}", "u", i)]) for i in range(6)]
         c.flush()  # some changes in segments, some in the memtable
         lsns.append(c.delete(visit, [("p1", "u", 1)]))
         lsns.append(c.insert(visit, [("p1", "u", 1), ("p1", "u", 1), ("p2", "w", 70)]))
         lsns.append(c.update(visit, [("p2", "u", 2)], [("p2", "u", 20)]))
-    df = server.engine.dataflow
-    join = df._reader(f"{uniq}m").state.below[0].node.parents[0]  # through π, γ
-    while not join.sides:
-        join = join.parents[0]
-    index = next(st for st in join.sides.values() if st.mode == "miss")
-    runner, storage = df.runner, server.engine.storage
-    fills = []
-    for lsn, keys in [(lsns[2], {("p0",), ("p1",)}), (lsns[6], {("p1",), ("p2",)}),
-                      (lsns[8], {("p1",), ("p2",), ("p3",), ("p9",)})]:
-        fill = Fill(requester=index, lsn=lsn, started=0.0, index=True)
-        fill.keys[index] = keys
-        fill.roots = [index]
-        fills.append(fill)
+    runner, storage = server.engine.dataflow.runner, server.engine.storage
+    fills = [_index_fill(index, lsn, keys) for lsn, keys in [
+        (lsns[2], {("p0",), ("p1",)}), (lsns[6], {("p1",), ("p2",)}),
+        (lsns[8], {("p1",), ("p2",), ("p3",), ("p9",)})]]
     snaps = [storage.snapshot(f.lsn) for f in fills]
     try:
         together = runner._run_batch(list(zip(fills, snaps, strict=True)))
@@ -54,30 +64,15 @@ def test_one_scan_serves_snapshots_pinned_across_flushes_and_a_compaction(server
     compaction ran between them. The newest snapshot's changes still answer the older
     fills exactly (compaction's horizon stays at or below every pinned snapshot), and the
     batch takes one scan instead of one per set of files."""
-    info, visit = f"{uniq}info", f"{uniq}visit"
-    with server.client() as c:
-        c.execute(f"CREATE TABLE {info} (product TEXT, category TEXT)")
-        c.execute(f"CREATE TABLE {visit} (product TEXT, user TEXT, length BIGINT)")
-        c.insert(info, [(f"p{i}", f"c{i % 3}") for i in range(9)])
-        c.execute(
-            f"CREATE VIEW {uniq}m AS SELECT category, MAX(length) AS m FROM {info} JOIN {visit} "
-            f"ON {info}.product = {visit}.product WHERE category = ? GROUP BY category")
-    df = server.engine.dataflow
-    join = df._reader(f"{uniq}m").state.below[0].node.parents[0]
-    while not join.sides:
-        join = join.parents[0]
-    index = next(st for st in join.sides.values() if st.mode == "miss")
-    runner, storage = df.runner, server.engine.storage
+    visit, index = _visits_index(server, uniq)
+    runner, storage = server.engine.dataflow.runner, server.engine.storage
     keys = {("p1",), ("p2",), ("p5",)}
     fills, snaps = [], []
     with server.client() as c:
         for step in range(3):
             c.insert(visit, [(f"p{i % 6}", "u", 10 * step + i) for i in range(12)])
             lsn = c.delete(visit, [("p1", "u", 10 * step + 1)])
-            fill = Fill(requester=index, lsn=lsn, started=0.0, index=True)
-            fill.keys[index] = set(keys)
-            fill.roots = [index]
-            fills.append(fill)
+            fills.append(_index_fill(index, lsn, keys))
             snaps.append(storage.snapshot(lsn))  # pinned, as a queued index fill is
             c.flush()
             if step == 1:
