@@ -239,26 +239,39 @@ class Extremum(AggFunc):
                 if any(v != v for v in seen):  # NaN: keep the one-at-a-time order semantics
                     return self.apply(state, [(v, 1) for v in vals], candidates)
                 return _merge_inserts(state, seen, len(vals), self.key, candidates)
-        # ``apply`` of the non-NULL diffs, in one pass (the state is copied on the first).
+        # ``apply`` of the non-NULL diffs, in one pass. The state is copied on the first
+        # diff that changes its items: an insert strictly worse than every kept item of
+        # a list with no room (most inserts into a long-lived group: a MAX of 1,000
+        # values keeps 8) only counts in ``total``, and so does not copy.
         key: Callable[[Any], Any] = self.key
         new = None
+        unseen = 0  # such inserts before the copy
+        keyed = False
         for row, sign in batch:
             v = row[col]  # type: ignore[index]
             if v is None:
                 continue
-            if new is None:
-                new = state.copy()
+            if not keyed:
+                keyed = True
                 if self.largest and v.__class__ in _NUMBERS:
                     # A column's values are all numbers or none are; for numbers the
                     # descending key is negation, and operator.neg runs it in C.
                     key = neg
+            if new is None:
+                if sign > 0 and state.beneath(v, key, candidates):
+                    unseen += 1
+                    continue
+                new = state.copy()
+                new.total += unseen
             if sign > 0:
                 new.insert(v, key, candidates)
             else:
                 new.delete(v, key)
                 if not new.kept and new.total > 0:
                     raise Exhausted(self.name)
-        return state if new is None else new
+        if new is None:
+            return state.counted(unseen) if unseen else state
+        return new
 
     def result(self, state: Candidates) -> Any:
         return state.items[0] if state.items else None

@@ -66,6 +66,25 @@ class Candidates:
         twin._payload, twin._isize = self._payload, self._isize
         return twin
 
+    def counted(self, n: int) -> Candidates:
+        """A twin that counts ``n`` more unseen items (each ``beneath`` the kept ones).
+        It shares the item lists: a stored entry's lists are never changed in place
+        (``insert`` and ``delete`` run on a ``copy``), so sharing them is safe."""
+        twin = Candidates.__new__(Candidates)
+        twin.items, twin.counts = self.items, self.counts
+        twin.kept, twin.total = self.kept, self.total + n
+        twin._payload, twin._isize = self._payload, self._isize
+        return twin
+
+    def beneath(self, item: Any, key: KeyFn, cap: int | None) -> bool:
+        """Inserting ``item`` would only count it in ``total``: it is strictly worse
+        than every kept item and the list has no room for it (``insert``'s rule)."""
+        items = self.items
+        if not items or not key(items[-1]) < key(item):  # keys define only <
+            return False
+        # Past the worst kept item: kept only while untruncated with room.
+        return self.total > self.kept or (cap is not None and len(items) >= cap)
+
     @property
     def truncated(self) -> bool:
         """Some items of the group are not kept."""

@@ -43,11 +43,9 @@ class Evictor:
         # Filled partial keys (sid, fill key), least recently used first. Recency is what
         # readers do: a fill or a read hit makes a key recent, a write that changes it does
         # not (a key written to but never read is cold, and moving it would cost an LRU
-        # update per changed key per packet). Its bytes are kept apart, in ``_bytes``.
+        # update per changed key per packet). Bytes are the states' own (State.size_of,
+        # State.memory_bytes): a write changes them there and nothing here.
         self._lru: LRUCache = LRUCache(maxsize=math.inf)
-        self._bytes: dict[tuple[int, Row], int] = {}
-        self.partial_bytes = 0
-        self.full_bytes = 0
         # (sid, fill key) -> how many subscribed reader keys rely on it (subscriptions.py):
         # never evicted for memory, as a subscriber would get a refill at every packet.
         self.pins: dict[tuple[int, Row], int] = {}
@@ -60,45 +58,43 @@ class Evictor:
     def unregister(self, states: list[State]) -> None:
         for st in states:
             self.states.pop(st.sid, None)
-        self.recount_full()
 
-    def recount_full(self) -> None:
-        self.full_bytes = sum(s.memory_bytes for s in self.states.values() if s.mode == "full")
+    @property
+    def partial_bytes(self) -> int:
+        """Bytes of every partial state's filled (and blocked) keys."""
+        return sum([s.memory_bytes for s in self.states.values() if s.mode != "full"])
+
+    @property
+    def full_bytes(self) -> int:
+        return sum([s.memory_bytes for s in self.states.values() if s.mode == "full"])
 
     @property
     def memory_bytes(self) -> int:
-        return self.partial_bytes + self.full_bytes
+        return sum([s.memory_bytes for s in self.states.values()])
 
     # -- accounting (end of packet) ------------------------------------------------------
     def account(self, changed: Iterable[tuple[State, Row]]) -> None:
-        """Record the sizes of keys changed in this packet (recently used), then evict
-        least recently used keys until the memory limit holds."""
-        full_changed = False
-        sizes, lru, total = self._bytes, self._lru, 0
+        """Enter the partial keys filled in this packet into the LRU (the most recently
+        used), then evict least recently used keys until the memory limit holds.
+
+        ``changed`` holds keys filled, evicted or blocked in this packet and reader keys
+        writes changed; writes to other states' keys are not listed (their sizes are
+        kept by the states, and a write does not move a key in the LRU)."""
+        lru = self._lru
         for st, fk in changed:
-            if st.mode == "full":
-                full_changed = True
-                continue
-            if not st.is_filled(fk):
-                continue  # evicted again in the same packet
-            size = st.size_of(fk)
-            key = (st.sid, fk)
-            old = sizes.get(key)
-            sizes[key] = size
-            if old is None:  # filled in this packet: the most recently used key
-                lru[key] = None
-                total += size
-            else:
-                total += size - old
-        self.partial_bytes += total
-        if full_changed:
-            self.recount_full()
+            if st.mode != "full":
+                key = (st.sid, fk)
+                if key not in lru and st.is_filled(fk):
+                    lru[key] = None
         self.enforce_memory()
 
     def lru_sizes(self) -> dict[tuple[int, Row], int]:
-        """(sid, fill key) -> bytes accounted, for checks (cachetools iterates its keys
-        in insertion order, not recency: eviction order shows in ``enforce_memory``)."""
-        return {key: self._bytes[key] for key in self._lru}
+        """(sid, fill key) -> the key's bytes, for every key in the LRU, for checks
+        (cachetools iterates its keys in insertion order, not recency: eviction order
+        shows in ``enforce_memory``). A key of a dropped state counts 0."""
+        states = self.states
+        return {(sid, fk): st.size_of(fk) if (st := states.get(sid)) is not None else 0
+                for sid, fk in self._lru}
 
     def touch(self, st: State, fk: Row) -> None:
         """A read hit: mark the key recently used."""
@@ -133,32 +129,31 @@ class Evictor:
         if self.memory_limit is None:
             return
         pinned: list[tuple[int, Row]] = []
-        while self.partial_bytes + self.full_bytes > self.memory_limit and self._lru:
+        total = self.memory_bytes
+        while total > self.memory_limit and self._lru:
             (sid, fk), _ = self._lru.popitem()  # least recently used
             st = self.states.get(sid)
             if st is not None and (_pinned(st, fk) or (sid, fk) in self.pins):
                 pinned.append((sid, fk))
                 continue
-            self.partial_bytes -= self._bytes.pop((sid, fk), 0)
             if st is not None:
                 self.stats.count("memory_evictions")
-                self.evict(st, fk)
+                total -= self.evict(st, fk)
         for key in pinned:  # back in (as recently used: a fill is relying on them)
             self._lru[key] = None
 
     # -- evicting ------------------------------------------------------------------------
-    def evict(self, st: State, fk: Row) -> None:
-        """Make ``fk`` a hole in ``st`` and in every state above filled relying on it."""
+    def evict(self, st: State, fk: Row) -> int:
+        """Make ``fk`` a hole in ``st`` and in every state above filled relying on it;
+        returns the bytes released."""
         if st.mode == "full":
-            return
+            return 0
+        freed = 0
         if st.is_filled(fk) or st.is_blocked(fk):
-            st.mark_hole(fk)
+            freed = st.mark_hole(fk)
             if st.node.view is not None:
                 self.publisher.changed(st, fk)
-            # partial_bytes sums the sizes recorded in the LRU; keys changed in this packet
-            # but not yet recorded are skipped by ``account`` once they are holes.
             self._lru.pop((st.sid, fk), None)
-            self.partial_bytes -= self._bytes.pop((st.sid, fk), 0)
             self.stats.count("evictions")
             for v in st.node.users if st.node.view is not None else ():
                 self.stats.count_view(v, "evictions")
@@ -167,7 +162,8 @@ class Evictor:
             assert self.fills is not None
             self.fills.cancel(fill, st, fk)
         for d in st.dependents:
-            self.evict(d, fk)
+            freed += self.evict(d, fk)
+        return freed
 
     def evict_key(self, reader_state: State, fk: Row) -> int:
         """Evict a view key and every partial state below it with the same key; returns

@@ -432,8 +432,8 @@ class Executor:
             if not passed:
                 return []
             out = op.on_groups(pidx, passed, StateAccess(node))  # type: ignore[attr-defined]
-            for fk in st.set_entries(out.writes, op.entry_size):  # type: ignore[attr-defined]
-                self._changed[(st, fk)] = None
+            # Sizes are the state's own; a grouped state is no reader: nothing to republish.
+            st.set_entries(out.writes, op.entry_size)  # type: ignore[attr-defined]
             for group in out.exhausted:
                 self.stats.count("exhausted")
                 self.evictor.evict(st, st.fill_key_of_index(group))
@@ -498,13 +498,17 @@ class Executor:
                 by_fk[fk] = [d]
             else:
                 batch.append(d)
-        scope, changed = self._scope, self._changed
+        scope = self._scope
+        # Only a reader's changed keys are listed (to be republished): sizes are the
+        # state's own, and a write does not move a key in the LRU.
+        changed = self._changed if st.node.view is not None else None
         for fk, batch in by_fk.items():
             bucket = st.bucket(fk)
             if bucket is not None:
                 if scope is None or lsn > scope.get((st, fk), lsn):
                     st.apply_rows(bucket, fk, batch)
-                    changed[(st, fk)] = None
+                    if changed is not None:
+                        changed[(st, fk)] = None
                 continue
             fill = st.pending_fill(fk)
             if fill is not None and lsn > fill.lsn:

@@ -394,10 +394,20 @@ class FillCoordinator:
         for k in keys:
             st.fill(k)
         if st.kind == "rows":
+            # By fill key, then one apply_rows each (a reply can be a million rows: a
+            # call per row cost more than the rows themselves).
+            fk_of = st.fill_key_of_row
+            by_fk: dict[Row, list[tuple[Row, int]]] = {}
             for row in rows:
-                fk = st.fill_key_of_row(row)
+                fk = fk_of(row)
                 if fk in keyset:
-                    st.apply_row(st.bucket(fk), fk, row, 1)  # type: ignore[arg-type]
+                    batch = by_fk.get(fk)
+                    if batch is None:
+                        by_fk[fk] = [(row, 1)]
+                    else:
+                        batch.append((row, 1))
+            for fk, batch in by_fk.items():
+                st.apply_rows(st.bucket(fk), fk, batch)  # type: ignore[arg-type]
             return
         op = st.node.op
         for group, entry in op.load_entries(rows).items():  # type: ignore[union-attr]

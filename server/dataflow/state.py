@@ -68,6 +68,9 @@ class State:
     reason: str = ""  # why this mode was chosen (materialize.py; shown by explain)
     _buckets: dict[Row, Bucket] = field(default_factory=dict, repr=False)
     _sizes: dict[Row, int] = field(default_factory=dict, repr=False)
+    # The sum of ``_sizes``, kept as they change: the evictor reads every state's total
+    # at each packet's end instead of re-reading the size of each key a write changed.
+    _total: int = field(default=0, repr=False)
     _pending: dict[Row, Fill] = field(default_factory=dict, repr=False)
     # Filled keys blocked on an index fill (fill.py): their buckets, kept aside while the
     # key is pending on that fill.
@@ -95,6 +98,9 @@ class State:
         self.index_key_of_row = _getter(self.index_cols)
         same = self.fk_in_index == tuple(range(len(self.index_cols)))
         self.fill_key_of_index = _same if same else _getter(self.fk_in_index)
+        # A row's index key is its fill key (a join index or reader keyed by exactly its
+        # partial columns): a rows bucket then has that one index key.
+        self._ik_is_fk = same
 
     def release(self) -> None:
         """Drop every key's contents (the state is no longer used: its view was dropped
@@ -102,6 +108,7 @@ class State:
         self._buckets.clear()
         self._blocked.clear()
         self._sizes.clear()
+        self._total = 0
         self._pending.clear()
         self._dirty_fk = self._dirty_ik = None
 
@@ -163,7 +170,7 @@ class State:
         """Make ``fk`` filled with a checkpointed bucket (recovery, before any update),
         sized as recorded, or as ``apply_row``/``set_entry`` would have sized it."""
         self._buckets[fk] = bucket
-        self._sizes[fk] = size if size is not None else self.measured_size(fk)
+        self._set_size(fk, size if size is not None else self.measured_size(fk))
         self._moved(fk)
 
     def measured_size(self, fk: Row) -> int:
@@ -192,7 +199,7 @@ class State:
         """Make ``fk`` filled with an empty bucket (the caller loads it); returns it."""
         bucket: Bucket = {}
         self._buckets[fk] = bucket
-        self._sizes[fk] = BUCKET_OVERHEAD
+        self._set_size(fk, BUCKET_OVERHEAD)
         self._moved(fk)
         return bucket
 
@@ -205,14 +212,14 @@ class State:
         if self._pending.get(fk) is fill:
             del self._pending[fk]
             if self._blocked.pop(fk, None) is not None:
-                self._sizes.pop(fk, None)
+                self._total -= self._sizes.pop(fk, 0)
                 self._moved(fk)
             return True
         return False
 
     def forget_pending(self) -> None:
         for fk in self._blocked:
-            self._sizes.pop(fk, None)
+            self._total -= self._sizes.pop(fk, 0)
             self._moved(fk)
         self._blocked.clear()
         self._pending.clear()
@@ -242,7 +249,9 @@ class State:
         self._buckets.pop(fk, None)
         self._blocked.pop(fk, None)
         self._moved(fk)
-        return self._sizes.pop(fk, 0)
+        size = self._sizes.pop(fk, 0)
+        self._total -= size
+        return size
 
     # -- rows states -----------------------------------------------------------------
     def apply_row(self, bucket: Bucket, fk: Row, row: Row, sign: int) -> None:
@@ -272,11 +281,14 @@ class State:
             del bag[row]
             if not bag:
                 del bucket[ik]
-        self._sizes[fk] = self._sizes.get(fk, BUCKET_OVERHEAD) + (size if sign > 0 else -size)
+        self._grow(fk, size if sign > 0 else -size)
 
     def apply_rows(self, bucket: Bucket, fk: Row, deltas: list[tuple[Row, int]]) -> None:
         """``apply_row`` of each delta in order (all of fill key ``fk``), with the size
         total updated once."""
+        if self._ik_is_fk and self.partial_cols:
+            self._apply_rows_one_bag(bucket, fk, deltas)
+            return
         ik_of, dirty = self.index_key_of_row, self._dirty_ik
         grown = 0
         for row, sign in deltas:
@@ -300,7 +312,40 @@ class State:
                     del bucket[ik]
             size = row_size(row)
             grown += size if sign > 0 else -size
-        self._sizes[fk] = self._sizes.get(fk, BUCKET_OVERHEAD) + grown
+        self._grow(fk, grown)
+
+    def _apply_rows_one_bag(self, bucket: Bucket, fk: Row, deltas: list[tuple[Row, int]]
+                            ) -> None:
+        """``apply_rows`` where every row's index key is ``fk``: one bag for the batch
+        (the hot path of join indexes and readers; the general loop finds each row's
+        bag anew)."""
+        if self._dirty_ik is not None:
+            self._dirty_ik.add(fk)
+        bag = bucket.get(fk)
+        if bag is None:
+            bag = bucket[fk] = {}
+        get = bag.get
+        grown = 0
+        for row, sign in deltas:
+            for v in row:  # canonical_row inlined: NaN objects of their own are one row
+                if v != v:
+                    row = canonical_row(row)
+                    break
+            n = get(row, 0) + sign
+            if n > 0:
+                bag[row] = n
+            elif n == 0:
+                del bag[row]
+            else:  # see apply_row
+                self.anomalies += 1
+                _log.warning("state %s: count of row %r fell below zero (fill key %r)",
+                             self.label, row, fk)
+                bag[row] = n
+            size = row_size(row)
+            grown += size if sign > 0 else -size
+        if not bag:
+            del bucket[fk]
+        self._grow(fk, grown)
 
     def rows_at(self, ik: Row) -> list[Row] | None:
         """The bag of rows at index key ``ik``, or None when its fill key is a hole or
@@ -345,7 +390,7 @@ class State:
             if old is None:
                 return
             delta = -(self._entry_size(old) + row_size(group))
-        self._sizes[fk] = self._sizes.get(fk, BUCKET_OVERHEAD) + delta
+        self._grow(fk, delta)
 
     def set_entries(self, writes: dict[Row, Any], size_of: Callable[[Any], int]) -> list[Row]:
         """``set_entry`` of each group (``size_of`` gives an entry's size), the size total
@@ -367,9 +412,9 @@ class State:
                 old = bucket.pop(group, None)
                 delta = 0 if old is None else -(entry_size(old) + row_size(group))
             grown[fk] = grown.get(fk, 0) + delta
-        sizes = self._sizes
+        grow = self._grow
         for fk, delta in grown.items():
-            sizes[fk] = sizes.get(fk, BUCKET_OVERHEAD) + delta
+            grow(fk, delta)
         return list(grown)
 
     def entry(self, group: Row) -> Any | None:
@@ -386,11 +431,31 @@ class State:
         return op.entry_size(entry) if op is not None else 0  # type: ignore[attr-defined]
 
     # -- sizes -----------------------------------------------------------------------
+    def _set_size(self, fk: Row, size: int) -> None:
+        self._total += size - self._sizes.get(fk, 0)
+        self._sizes[fk] = size
+
+    def _grow(self, fk: Row, delta: int) -> None:
+        """A filled key's bytes changed by ``delta`` (a key without a recorded size
+        starts from an empty bucket's)."""
+        sizes = self._sizes
+        old = sizes.get(fk)
+        if old is None:
+            old = BUCKET_OVERHEAD
+            self._total += BUCKET_OVERHEAD
+        sizes[fk] = old + delta
+        self._total += delta
+
     def size_of(self, fk: Row) -> int:
         return self._sizes.get(fk, 0)
 
     @property
     def memory_bytes(self) -> int:
+        """Bytes of every filled and blocked key (kept as they change: O(1))."""
+        return self._total
+
+    def recounted_bytes(self) -> int:
+        """``memory_bytes`` summed afresh from the keys' sizes (for checks)."""
         return sum(self._sizes.values())
 
     def describe(self, live: bool = True) -> str:

@@ -173,6 +173,9 @@ class Harness:
                     )
             if st.anomalies:
                 problems.append(f"{st.label}: {st.anomalies} anomalies")
+            if st.memory_bytes != st.recounted_bytes():
+                problems.append(f"{st.label}: running total {st.memory_bytes} B != "
+                                f"{st.recounted_bytes()} B summed from its keys")
         if ev.partial_bytes != sum(lru.values()):
             problems.append(f"partial bytes {ev.partial_bytes} != LRU total {sum(lru.values())}")
         if ev.full_bytes != sum(st.memory_bytes for st in ev.states.values() if st.mode == "full"):

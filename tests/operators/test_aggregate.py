@@ -210,3 +210,51 @@ def test_batched_insert_fold_equals_one_insert_at_a_time(largest):
         assert got.kept == one_by_one.kept
         merged_some |= len(batch) >= 8
     assert merged_some
+
+
+@pytest.mark.parametrize("largest", [True, False])
+def test_small_batch_fold_equals_apply_and_leaves_the_old_entry_alone(largest):
+    """Batches under the merge size are folded one diff at a time, and copy the
+    candidates only at the first diff that changes the kept items: inserts beneath a
+    list with no room only count (``Candidates.beneath``/``counted``, sharing the old
+    lists). The result must equal ``apply`` of the same diffs (exhaustion included), its
+    size must be what measuring it afresh gives, and the old entry must not change."""
+    import copy
+    import random
+
+    from partialflow.operators.aggfuncs import Extremum
+    from partialflow.operators.candidates import Candidates
+    from partialflow.operators.grouped import Exhausted
+
+    rng = random.Random(11)
+    f = Extremum(0, largest)
+    counted_only = 0
+    for trial in range(1500):
+        cap = rng.choice([1, 2, 3, 8, None])
+        kind = rng.choice([int, float, str])
+        state, present = f.initial(), []
+        for _ in range(rng.randrange(0, 30)):
+            v = kind(rng.randrange(40))
+            state = f.apply(state, [(v, 1)], cap)
+            present.append(v)
+        state.size()  # measured, as a stored entry is
+        before = copy.deepcopy((state.items, state.counts, state.kept, state.total))
+        batch = []
+        for _ in range(rng.randrange(1, 8)):
+            if present and rng.random() < 0.25:
+                batch.append(((present.pop(rng.randrange(len(present))),), -1))
+            else:
+                batch.append(((None if rng.random() < 0.1 else kind(rng.randrange(45)),), 1))
+        try:
+            want = f.apply(state, [(v, s) for (v,), s in batch if v is not None], cap)
+        except Exhausted:
+            with pytest.raises(Exhausted):
+                f.fold(state, batch, cap)
+            continue
+        got = f.fold(state, batch, cap)
+        assert got == want and got.kept == want.kept, (trial, state, batch, cap)
+        fresh = Candidates(got.items, got.counts, got.total)  # payload measured afresh
+        assert got.size() == fresh.size()
+        assert (state.items, state.counts, state.kept, state.total) == before
+        counted_only += got is not state and got.items is state.items
+    assert counted_only > 50  # the no-copy path ran
