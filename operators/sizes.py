@@ -18,20 +18,25 @@ POINTER = 8
 DICT_SLOT = 3 * POINTER * 3 // 2
 
 
-def value_size(v: Any) -> int:
-    """Bytes a value owns beyond the pointer to it."""
-    if v is None or v.__class__ is bool:
-        return 0
-    if v.__class__ is int and -5 <= v <= 256:  # CPython's cached small ints
-        return 0
-    return _getsizeof(v)
-
-
 # Sizes that depend only on the type (and, for ints, on fitting in one 30-bit digit),
 # taken from the running interpreter rather than assumed.
 _FLOAT = _getsizeof(0.5)
 _INT_ONE_DIGIT = _getsizeof(2**29)
 _ONE_DIGIT = 2**30
+
+
+def value_size(v: Any) -> int:
+    """Bytes a value owns beyond the pointer to it."""
+    c = v.__class__
+    if c is float:
+        return _FLOAT
+    if c is int:
+        if -5 <= v <= 256:  # CPython's cached small ints
+            return 0
+        return _INT_ONE_DIGIT if -_ONE_DIGIT < v < _ONE_DIGIT else _getsizeof(v)
+    if v is None or c is bool:
+        return 0
+    return _getsizeof(v)
 
 
 def row_size(row: tuple[Any, ...]) -> int:
