@@ -32,7 +32,9 @@ class Candidates:
     # kept up to date by ``insert``/``delete`` once known, so ``size`` (called for every
     # entry the executor writes and again when it is replaced) never walks the items.
     # ``_isize``: the item size function it was measured with (one per instance).
-    __slots__ = ("items", "counts", "kept", "total", "_payload", "_isize")
+    # ``_bytes``: the whole ``size`` while the lists are unchanged (an entry is sized when
+    # it is written and again when it is replaced).
+    __slots__ = ("items", "counts", "kept", "total", "_payload", "_isize", "_bytes")
 
     def __init__(self, items: list[Any] | None = None, counts: list[int] | None = None,
                  total: int | None = None) -> None:
@@ -42,6 +44,7 @@ class Candidates:
         self.total = self.kept if total is None else total
         self._payload: int | None = None
         self._isize: Callable[[Any], int] = value_size
+        self._bytes: int | None = None
 
     def __getstate__(self) -> tuple[list[Any], list[int], int, int]:
         return (self.items, self.counts, self.kept, self.total)
@@ -52,6 +55,7 @@ class Candidates:
         self.items, self.counts, self.kept, self.total = state
         self._payload = None
         self._isize = value_size
+        self._bytes = None
 
     @classmethod
     def loaded(cls, pairs: list[tuple[Any, int]], total: int, key: KeyFn) -> Candidates:
@@ -64,6 +68,7 @@ class Candidates:
         twin.items, twin.counts = self.items[:], self.counts[:]
         twin.kept, twin.total = self.kept, self.total
         twin._payload, twin._isize = self._payload, self._isize
+        twin._bytes = None  # new lists: their allocations may differ
         return twin
 
     def counted(self, n: int) -> Candidates:
@@ -73,7 +78,7 @@ class Candidates:
         twin = Candidates.__new__(Candidates)
         twin.items, twin.counts = self.items, self.counts
         twin.kept, twin.total = self.kept, self.total + n
-        twin._payload, twin._isize = self._payload, self._isize
+        twin._payload, twin._isize, twin._bytes = self._payload, self._isize, self._bytes
         return twin
 
     def beneath(self, item: Any, key: KeyFn, cap: int | None) -> bool:
@@ -96,6 +101,7 @@ class Candidates:
         k = key(item)
         i = bisect_left(items, k, key=key)
         self.total += 1
+        self._bytes = None
         if i < len(items) and key(items[i]) == k:
             c = counts[i]
             counts[i] = c + 1
@@ -124,6 +130,7 @@ class Candidates:
         k = key(item)
         i = bisect_left(items, k, key=key)
         self.total -= 1
+        self._bytes = None
         if i < len(items) and key(items[i]) == k:
             self.kept -= 1
             c = counts[i]
@@ -148,11 +155,14 @@ class Candidates:
     def size(self, item_size: Callable[[Any], int] = value_size) -> int:
         """Approximate bytes held (lists, items and counts). One instance is always
         sized with the same ``item_size`` (MIN/MAX values, or top-k rows)."""
+        if self._bytes is not None:
+            return self._bytes
         if self._payload is None:
             self._isize = item_size
             self._payload = (sum([item_size(x) for x in self.items])
                              + sum([value_size(c) for c in self.counts]))
-        return 64 + list_size(self.items) + list_size(self.counts) + self._payload
+        self._bytes = 64 + list_size(self.items) + list_size(self.counts) + self._payload
+        return self._bytes
 
     def __eq__(self, other: object) -> bool:
         return (isinstance(other, Candidates) and self.items == other.items

@@ -1,8 +1,8 @@
 """Eviction: holes on demand, under memory pressure, and after join misses.
 
-The ``Evictor`` owns the registry of live states, the LRU of filled partial keys and the
-byte accounting against the memory limit. All methods run on the executor thread under
-its lock.
+The ``Evictor`` owns the registry of live states and the LRU of filled partial keys, and
+holds the states' byte totals (each state keeps its own, as writes change them) to the
+memory limit. All methods run on the executor thread under its lock.
 
 Evicting a key turns it into a hole and evicts the same key of every state above that was
 filled relying on it; evicting a pending key cancels that fill for the key (the fill
