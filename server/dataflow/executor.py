@@ -36,6 +36,7 @@ from itertools import groupby
 from typing import TYPE_CHECKING, Any
 
 from partialflow.operators.base import Delta, Row
+from partialflow.operators.grouped import by_group
 from partialflow.server.dataflow.bounds import KeyBounds
 from partialflow.server.dataflow.checkpointer import Checkpointer
 from partialflow.server.dataflow.downstream import downstream_keys
@@ -489,15 +490,7 @@ class Executor:
         update per key; keys have separate buckets and each key's deltas keep their order."""
         if st.holds_nothing():
             return  # every key is a hole: each delta would be dropped there
-        fk_of = st.fill_key_of_row
-        by_fk: dict[Row, list[Delta]] = {}
-        for d in deltas:
-            fk = fk_of(d[0])
-            batch = by_fk.get(fk)
-            if batch is None:
-                by_fk[fk] = [d]
-            else:
-                batch.append(d)
+        by_fk = by_group(deltas, st.fill_key_of_row)
         scope = self._scope
         # Only a reader's changed keys are listed (to be republished): sizes are the
         # state's own, and a write does not move a key in the LRU.

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from partialflow.operators.base import Row
+from partialflow.operators.grouped import by_group
 from partialflow.server.dataflow.fill import Fill, Held, Waiter
 from partialflow.server.dataflow.gating import Gates, IndexFills
 from partialflow.server.dataflow.packets import FillDone, Packet
@@ -396,18 +397,9 @@ class FillCoordinator:
         if st.kind == "rows":
             # By fill key, then one apply_rows each (a reply can be a million rows: a
             # call per row cost more than the rows themselves).
-            fk_of = st.fill_key_of_row
-            by_fk: dict[Row, list[tuple[Row, int]]] = {}
-            for row in rows:
-                fk = fk_of(row)
+            for fk, batch in by_group([(r, 1) for r in rows], st.fill_key_of_row).items():
                 if fk in keyset:
-                    batch = by_fk.get(fk)
-                    if batch is None:
-                        by_fk[fk] = [(row, 1)]
-                    else:
-                        batch.append((row, 1))
-            for fk, batch in by_fk.items():
-                st.apply_rows(st.bucket(fk), fk, batch)  # type: ignore[arg-type]
+                    st.apply_rows(st.bucket(fk), fk, batch)  # type: ignore[arg-type]
             return
         op = st.node.op
         for group, entry in op.load_entries(rows).items():  # type: ignore[union-attr]

@@ -272,10 +272,7 @@ class State:
             # diverged from its stream; it is kept (so a later insert cancels it) and
             # counted, never shown: reads skip counts <= 0, and stats report anomalies.
             if n < 0:
-                self.anomalies += 1
-                _log.warning(
-                    "state %s: count of row %r fell below zero (fill key %r)", self.label, row, fk
-                )
+                self._anomaly(row, fk)
             bag[row] = n
         else:
             del bag[row]
@@ -302,9 +299,7 @@ class State:
             n = bag.get(row, 0) + sign
             if n != 0:
                 if n < 0:  # see apply_row
-                    self.anomalies += 1
-                    _log.warning("state %s: count of row %r fell below zero (fill key %r)",
-                                 self.label, row, fk)
+                    self._anomaly(row, fk)
                 bag[row] = n
             else:
                 del bag[row]
@@ -337,15 +332,18 @@ class State:
             elif n == 0:
                 del bag[row]
             else:  # see apply_row
-                self.anomalies += 1
-                _log.warning("state %s: count of row %r fell below zero (fill key %r)",
-                             self.label, row, fk)
+                self._anomaly(row, fk)
                 bag[row] = n
             size = row_size(row)
             grown += size if sign > 0 else -size
         if not bag:
             del bucket[fk]
         self._grow(fk, grown)
+
+    def _anomaly(self, row: Row, fk: Row) -> None:
+        self.anomalies += 1
+        _log.warning("state %s: count of row %r fell below zero (fill key %r)",
+                     self.label, row, fk)
 
     def rows_at(self, ik: Row) -> list[Row] | None:
         """The bag of rows at index key ``ik``, or None when its fill key is a hole or
