@@ -18,10 +18,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Literal
 
 from partialflow.operators.base import Row
+from partialflow.operators.grouped import column_getter
 from partialflow.operators.sizes import row_size
 from partialflow.operators.values import canonical_row
 
@@ -94,10 +94,10 @@ class State:
         self.fk_in_index = tuple(self.index_cols.index(c) for c in self.partial_cols)
         # The key functions run for every delta: built once, as the cheapest closure for
         # their shape (an index key that is its own fill key is returned as it is).
-        self.fill_key_of_row = _getter(self.partial_cols)
-        self.index_key_of_row = _getter(self.index_cols)
+        self.fill_key_of_row = column_getter(self.partial_cols)
+        self.index_key_of_row = column_getter(self.index_cols)
         same = self.fk_in_index == tuple(range(len(self.index_cols)))
-        self.fill_key_of_index = _same if same else _getter(self.fk_in_index)
+        self.fill_key_of_index = _same if same else column_getter(self.fk_in_index)
         # A row's index key is its fill key (a join index or reader keyed by exactly its
         # partial columns): a rows bucket then has that one index key.
         self._ik_is_fk = same
@@ -470,16 +470,6 @@ class State:
 
 def _same(key: Row) -> Row:
     return key
-
-
-def _getter(cols: tuple[int, ...]) -> Callable[[Row], Row]:
-    """row -> the tuple of its values at ``cols``."""
-    if not cols:
-        return lambda row: ()
-    if len(cols) == 1:
-        c = cols[0]
-        return lambda row: (row[c],)
-    return itemgetter(*cols)  # a tuple for two or more columns, built in C
 
 
 class StateAccess:
