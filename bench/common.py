@@ -146,12 +146,12 @@ class InProcServer(InProcessServer):
     """The tests' in-process server, with the harness's generous client timeout."""
 
     def __init__(self, data_dir: Path, spark: Any, *, memory_limit: int | None = None,
-                 checkpoint_interval: float = 0.0) -> None:
+                 checkpoint_interval: float = 0.0, **config: Any) -> None:
         # Checkpoints off unless asked for: the data sets are shared between sections, and
         # a section must not start with the keys the one before it filled (the miss path
         # would measure hits). The checkpoints section measures what they cost.
         super().__init__(data_dir, spark, memory_limit=memory_limit,
-                         checkpoint_interval=checkpoint_interval)
+                         checkpoint_interval=checkpoint_interval, **config)
 
     def client(self, timeout: float = 600.0, **kwargs: Any) -> Any:  # type: ignore[override]
         return super().client(timeout=timeout, **kwargs)

@@ -16,6 +16,21 @@ def _ms(d: dict | None, key: str = "p50") -> str:
     return f"{v:,.0f} ms" if v >= 100 else f"{v:.2f} ms" if v < 10 else f"{v:.1f} ms"
 
 
+WRITE_GOAL = 0.7
+
+
+def _cpu(side: dict) -> str:
+    """CPU per row of a write run, when the run recorded it (bench/write_path.py)."""
+    parts = [f"{name} {side[key]} us" for name, key in (
+        ("machine", "machine_us_per_row"), ("server", "server_us_per_row"),
+        ("executor", "executor_us_per_row")) if side.get(key) is not None]
+    return f"; CPU per row: {', '.join(parts)}" if parts else ""
+
+
+def _mib(n: int | None) -> str:
+    return "–" if n is None else f"{n / 2**20:,.1f} MiB"
+
+
 def _met(ok: bool | None) -> str:
     return "–" if ok is None else ("**yes**" if ok else "**no**")
 
@@ -77,16 +92,31 @@ def rows(res: dict) -> list[tuple[str, str, str, str]]:
         if not w:
             continue
         for r in w.get("peak", []):
+            # Issue 12's goal: applied rows through the view >= 0.7x the plain rate at 100
+            # and 1000 rows per write.
+            goal = (_met(r["view_vs_plain"] >= WRITE_GOAL) + f" (goal x{WRITE_GOAL})"
+                    if r["batch"] in (100, 1000) else "no goal")
             out.append(
                 (
                     f"Writes through the {label}, {r['batch']} row(s) per write, {r['writers']} "
                     "writers",
                     f"{r['view']['acked_rows_per_s']:,.0f} rows/s acknowledged, "
-                    f"{r['view']['applied_rows_per_s']:,.0f} applied",
+                    f"{r['view']['applied_rows_per_s']:,.0f} applied" + _cpu(r["view"]),
                     f"same rows into tables no view reads: {r['plain']['acked_rows_per_s']:,.0f} "
-                    "rows/s "
-                    f"(x{r['view_vs_plain']})",
-                    "no goal",
+                    "rows/s" + _cpu(r["plain"]) + f" (x{r['view_vs_plain']})",
+                    goal,
+                )
+            )
+        for r in w.get("peak_prefetch_off", []):
+            out.append(
+                (
+                    f"Writes through the {label} with `--index-prefetch off`, {r['batch']} rows "
+                    "per write",
+                    f"{r['view']['applied_rows_per_s']:,.0f} rows/s applied" + _cpu(r["view"])
+                    + f"; state after the fill {_mib(w.get('memory_after_fill_prefetch_off'))} "
+                    f"(prefetch on: {_mib(w.get('memory_after_fill'))})",
+                    f"plain: {r['plain']['acked_rows_per_s']:,.0f} rows/s (x{r['view_vs_plain']})",
+                    "no goal (the default is on)",
                 )
             )
         h = w.get("half_peak")

@@ -215,6 +215,7 @@ class Suite:
                 while c.stats().get("fills_in_flight", 0):
                     time.sleep(0.1)
                 sec["prefetch_s"] = round(time.perf_counter() - t0, 2)
+                sec["memory_after_fill"] = c.stats()["memory_bytes"]
             sec["peak"] = write_path.write_peak(
                 srv, self.pool, gen=gen, batches=cfg["write_batches"], procs=cfg["write_procs"],
                 threads=cfg["write_threads"], seconds=cfg["write_seconds"])
@@ -231,6 +232,26 @@ class Suite:
                 st = c.stats()
             sec["stats"] = {k: v for k, v in st.items() if k not in ("storage", "views")}
             sec["stats"]["views"] = st.get("views")
+        if name == "visits":
+            self._writes_prefetch_off(sec, data, gen, fill)
+
+    def _writes_prefetch_off(self, sec: dict, data: Path, gen: dict,
+                             fill: Callable[[Any], None]) -> None:
+        """The peak again with ``--index-prefetch off``: what the read fills' prefetch of
+        the visit index (prefetch.py) costs writes and memory when no product moves (this
+        workload only inserts visits), against what it saves when products do (the stream
+        section). The table has grown by the writes above; each run is against its own
+        plain twin."""
+        cfg = self.cfg
+        with InProcServer(data, self.spark, index_prefetch=False) as srv:
+            with srv.client() as c:
+                fill(c)
+                sec["memory_after_fill_prefetch_off"] = c.stats()["memory_bytes"]
+            sec["peak_prefetch_off"] = write_path.write_peak(
+                srv, self.pool, gen=gen, batches=[b for b in cfg["write_batches"] if b >= 100],
+                procs=cfg["write_procs"], threads=cfg["write_threads"],
+                seconds=cfg["write_seconds"])
+        self.save()
 
     def writes(self) -> None:
         v = self.cfg["visits"]

@@ -9,6 +9,7 @@ the views can sustain.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -22,6 +23,43 @@ def _applied_rate(srv: InProcServer, r: dict) -> float:
     return r["items"] / max(1e-9, done - r["started_at"])
 
 
+def _cpu_seconds(srv: InProcServer) -> tuple[float | None, float, float | None]:
+    """CPU seconds so far: of the whole machine (busy time from /proc/stat; None off
+    Linux), of this process (the server: InProcServer runs it here, the load comes from
+    worker processes), and of the server's executor thread (None where unavailable)."""
+    t = os.times()
+    own = t.user + t.system
+    thread = srv.engine.dataflow.executor._thread
+    try:
+        executor: float | None = time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+    except (AttributeError, OSError, TypeError):
+        executor = None
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except OSError:
+        return None, own, executor
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK"), own, executor
+
+
+def _cpu_per_row(srv: InProcServer, before: tuple[float | None, float, float | None],
+                 rows: int) -> dict[str, float | None]:
+    """us of CPU per row since ``before``: the whole machine (server, load workers and
+    kernel), the server process, its executor thread. On a machine whose cores are all
+    busy, a view reaches x of the plain rate only if the machine CPU it adds per row is
+    at most plain * (1/x - 1), wherever that work runs."""
+    after = _cpu_seconds(srv)
+    n = max(1, rows)
+
+    def per_row(a: float | None, b: float | None) -> float | None:
+        return None if a is None or b is None else round((a - b) * 1e6 / n, 2)
+
+    return {"machine_us_per_row": per_row(after[0], before[0]),
+            "server_us_per_row": per_row(after[1], before[1]),
+            "executor_us_per_row": per_row(after[2], before[2])}
+
+
 def write_peak(srv: InProcServer, pool: LoadPool, *, gen: dict, batches: list[int],
                procs: int, threads: int, seconds: float) -> list[dict]:
     """Rows/s per batch size, through the view tables and through their plain twins."""
@@ -30,13 +68,15 @@ def write_peak(srv: InProcServer, pool: LoadPool, *, gen: dict, batches: list[in
         row: dict[str, Any] = {"batch": batch, "writers": procs * threads}
         for side, suffix in (("view", ""), ("plain", "_plain")):
             op = {"kind": "write", "batch": batch, "suffix": suffix, **gen}
+            cpu0 = _cpu_seconds(srv)
             r = drive(pool, srv.address, op, procs=procs, threads=threads, seconds=seconds,
                       seed=batch * 10 + len(suffix))
             applied = _applied_rate(srv, r)
+            cpu = _cpu_per_row(srv, cpu0, r["items"])
             row[side] = {"acked_rows_per_s": r["items_per_s"],
                          "applied_rows_per_s": round(applied, 1),
                          "writes_per_s": r["calls_per_s"], "latency_ms": r["latency_ms"],
-                         "errors": r["errors"], **({"error_samples": r["error_samples"]}
+                         "errors": r["errors"], **cpu, **({"error_samples": r["error_samples"]}
                                                   if r.get("error_samples") else {})}
         row["view_vs_plain"] = ratio(row["view"]["applied_rows_per_s"],
                                      row["plain"]["acked_rows_per_s"])
