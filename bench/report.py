@@ -24,7 +24,9 @@ def _cpu(side: dict) -> str:
     parts = [f"{name} {side[key]} us" for name, key in (
         ("machine", "machine_us_per_row"), ("server", "server_us_per_row"),
         ("executor", "executor_us_per_row")) if side.get(key) is not None]
-    return f"; CPU per row: {', '.join(parts)}" if parts else ""
+    busy = side.get("machine_busy_fraction")
+    cores = f" (cores {busy:.0%} busy)" if busy is not None else ""
+    return f"; CPU per row: {', '.join(parts)}{cores}" if parts else ""
 
 
 def _mib(n: int | None) -> str:

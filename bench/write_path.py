@@ -23,10 +23,11 @@ def _applied_rate(srv: InProcServer, r: dict) -> float:
     return r["items"] / max(1e-9, done - r["started_at"])
 
 
-def _cpu_seconds(srv: InProcServer) -> tuple[float | None, float, float | None]:
+def _cpu_seconds(srv: InProcServer) -> tuple[float | None, float, float | None, float]:
     """CPU seconds so far: of the whole machine (busy time from /proc/stat; None off
     Linux), of this process (the server: InProcServer runs it here, the load comes from
-    worker processes), and of the server's executor thread (None where unavailable)."""
+    worker processes), and of the server's executor thread (None where unavailable); and
+    the monotonic clock."""
     t = os.times()
     own = t.user + t.system
     thread = srv.engine.dataflow.executor._thread
@@ -38,12 +39,13 @@ def _cpu_seconds(srv: InProcServer) -> tuple[float | None, float, float | None]:
         with open("/proc/stat") as f:
             fields = [int(x) for x in f.readline().split()[1:]]
     except OSError:
-        return None, own, executor
+        return None, own, executor, time.monotonic()
     idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK"), own, executor
+    return ((sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK"), own, executor,
+            time.monotonic())
 
 
-def _cpu_per_row(srv: InProcServer, before: tuple[float | None, float, float | None],
+def _cpu_per_row(srv: InProcServer, before: tuple[float | None, float, float | None, float],
                  rows: int) -> dict[str, float | None]:
     """us of CPU per row since ``before``: the whole machine (server, load workers and
     kernel), the server process, its executor thread. On a machine whose cores are all
@@ -55,9 +57,17 @@ def _cpu_per_row(srv: InProcServer, before: tuple[float | None, float, float | N
     def per_row(a: float | None, b: float | None) -> float | None:
         return None if a is None or b is None else round((a - b) * 1e6 / n, 2)
 
+    # How busy the cores were over the window (it includes drive's 1 s lead, when the
+    # load processes connect and wait): near 1.0 means a view's work can only displace
+    # the plain path's.
+    cores = os.cpu_count() or 1
+    wall = after[3] - before[3]
+    busy = None if after[0] is None or before[0] is None or wall <= 0 else round(
+        (after[0] - before[0]) / (wall * cores), 3)
     return {"machine_us_per_row": per_row(after[0], before[0]),
             "server_us_per_row": per_row(after[1], before[1]),
-            "executor_us_per_row": per_row(after[2], before[2])}
+            "executor_us_per_row": per_row(after[2], before[2]),
+            "machine_busy_fraction": busy}
 
 
 def write_peak(srv: InProcServer, pool: LoadPool, *, gen: dict, batches: list[int],
