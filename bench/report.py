@@ -189,7 +189,8 @@ def rows(res: dict) -> list[tuple[str, str, str, str]]:
                 f"{rec['calls_per_s']:,.1f} reads/s, p50 {_ms(rec['latency_ms'])}, "
                 f"p99 {_ms(rec['latency_ms'], 'p99')}",
                 (f"partialflow x{worst['speedup_keys_per_s']} ({worst['config']}) to "
-                 f"x{best['speedup_keys_per_s']} ({best['config']}) keys/s") if best else "",
+                 f"x{best['speedup_keys_per_s']} ({best['config']}) keys/s")
+                if best and worst else "",
                 "no goal"))
     rs = s.get("restart")
     for name in ("warm", "cold"):
