@@ -157,6 +157,18 @@ class InProcServer(InProcessServer):
         return super().client(timeout=timeout, **kwargs)
 
 
+def executor_cpu_seconds(executor: Any) -> float | None:
+    """CPU seconds the dataflow's executor thread has used (its own thread clock: what it
+    spent, whatever else runs on the machine); None before it runs or off Linux."""
+    thread = executor._thread  # the executor keeps its thread private; benchmarks only read it
+    if thread is None or thread.ident is None:
+        return None
+    try:
+        return time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+    except (AttributeError, OSError):
+        return None
+
+
 def ratio(a: float, b: float) -> float | None:
     return round(a / b, 3) if b else None
 

@@ -20,6 +20,8 @@ import random
 import tempfile
 import time
 
+from common import executor_cpu_seconds
+
 from partialflow.server.config import Config
 from partialflow.server.engine import Engine
 from partialflow.server.spark import spark_session
@@ -64,12 +66,10 @@ def run(engine: Engine, table: str, make, batch: int, total: int
         ) -> tuple[float, float, float]:
     ex = engine.dataflow.executor
     busy0 = ex.stats.counters["busy_ns"]
-    # The executor thread's own CPU clock: what it spent, whatever else runs on the machine.
-    clock = time.pthread_getcpuclockid(ex._thread.ident) if ex._thread else None
     # The rows are drawn before the clock starts: drawing them is the benchmark's own
     # Python, which would hold the GIL against the executor inside the timed packets.
     writes = [[make() for _ in range(batch)] for _ in range(max(1, total // batch))]
-    cpu0 = time.clock_gettime(clock) if clock is not None else 0.0
+    cpu0 = executor_cpu_seconds(ex)
     t0 = time.perf_counter()
     lsn = 0
     for rows in writes:
@@ -77,7 +77,8 @@ def run(engine: Engine, table: str, make, batch: int, total: int
     ex.wait_for(lsn, time.monotonic() + 600)
     wall = time.perf_counter() - t0
     busy = (ex.stats.counters["busy_ns"] - busy0) / 1e9
-    cpu = time.clock_gettime(clock) - cpu0 if clock is not None else 0.0
+    cpu1 = executor_cpu_seconds(ex)
+    cpu = cpu1 - cpu0 if cpu0 is not None and cpu1 is not None else 0.0
     n = max(1, total // batch) * batch
     return n / wall, n / busy if busy else float("nan"), n / cpu if cpu else float("nan")
 

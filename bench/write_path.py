@@ -13,7 +13,15 @@ import os
 import time
 from typing import Any
 
-from common import InProcServer, LoadPool, drive, drive_mixed, log, ratio
+from common import (
+    InProcServer,
+    LoadPool,
+    drive,
+    drive_mixed,
+    executor_cpu_seconds,
+    log,
+    ratio,
+)
 
 
 def _applied_rate(srv: InProcServer, r: dict) -> float:
@@ -30,11 +38,7 @@ def _cpu_seconds(srv: InProcServer) -> tuple[float | None, float, float | None, 
     the monotonic clock."""
     t = os.times()
     own = t.user + t.system
-    thread = srv.engine.dataflow.executor._thread
-    try:
-        executor: float | None = time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
-    except (AttributeError, OSError, TypeError):
-        executor = None
+    executor = executor_cpu_seconds(srv.engine.dataflow.executor)
     try:
         with open("/proc/stat") as f:
             fields = [int(x) for x in f.readline().split()[1:]]
