@@ -16,6 +16,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
@@ -155,6 +156,25 @@ class InProcServer(InProcessServer):
 
     def client(self, timeout: float = 600.0, **kwargs: Any) -> Any:  # type: ignore[override]
         return super().client(timeout=timeout, **kwargs)
+
+
+def build_data(data_dir: Path, spark: Any, tables: list[str], views: list[str],
+               load: Callable[[Any], int]) -> tuple[int, float]:
+    """Make a data set in ``data_dir``: create ``tables``, fill them with ``load(storage)``
+    (returns the rows it wrote), flush and compact them to one segment per table (so no
+    background compaction runs during a measurement later), then create ``views``.
+    Returns (rows, seconds the load took)."""
+    with InProcServer(data_dir, spark) as srv:
+        for sql in tables:
+            srv.engine.execute(sql)
+        t0 = time.perf_counter()
+        rows = load(srv.engine.storage)
+        loaded = time.perf_counter() - t0
+        srv.engine.flush()
+        srv.engine.compact()
+        for sql in views:
+            srv.engine.execute(sql)
+    return rows, loaded
 
 
 def executor_cpu_seconds(executor: Any) -> float | None:

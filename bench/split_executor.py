@@ -119,7 +119,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2, help="rounds of the three runs (2)")
     args = ap.parse_args()
     import datasets as ds
-    from common import InProcServer, LoadPool, drive
+    from common import InProcServer, LoadPool, build_data, drive
 
     from partialflow.server.spark import spark_session
 
@@ -131,14 +131,8 @@ def main() -> None:
     proc = ctx.Process(target=child, args=(theirs,), daemon=True)
     proc.start()
     data = Path(tempfile.mkdtemp(prefix="pf-split-")) / "data"
-    with InProcServer(data, spark) as srv:
-        for sql in ds.VISITS_TABLES:
-            srv.engine.execute(sql)
-        ds.load_visits(srv.engine.storage, PRODUCTS, CATEGORIES, VISITS)
-        srv.engine.flush()
-        srv.engine.compact()
-        for sql in ds.VISITS_VIEWS:
-            srv.engine.execute(sql)
+    build_data(data, spark, ds.VISITS_TABLES, ds.VISITS_VIEWS,
+               lambda st: ds.load_visits(st, PRODUCTS, CATEGORIES, VISITS))
     if ours.recv() != "ready":
         raise RuntimeError("the child did not start")
     gen = {"gen": "visits", "products": PRODUCTS, "categories": CATEGORIES}

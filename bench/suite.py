@@ -16,7 +16,7 @@ import reads
 import stream
 import subscribe
 import write_path
-from common import InProcServer, LoadPool, log, ratio
+from common import InProcServer, LoadPool, build_data, log, ratio
 
 
 class Suite:
@@ -41,15 +41,7 @@ class Suite:
         if name in self._built:
             return d
         t0 = time.perf_counter()
-        with InProcServer(d, self.spark) as srv:
-            for sql in tables:
-                srv.engine.execute(sql)
-            rows = load(srv.engine.storage)
-            loaded = time.perf_counter() - t0
-            srv.engine.flush()
-            srv.engine.compact()  # one segment per table: no background compaction later
-            for sql in views:
-                srv.engine.execute(sql)
+        rows, loaded = build_data(d, self.spark, tables, views, load)
         self.results.setdefault("datasets", {})[name] = {
             "rows": rows, "load_s": round(loaded, 1), "rows_per_s": round(rows / loaded),
             "ready_s": round(time.perf_counter() - t0, 1),

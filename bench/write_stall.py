@@ -27,19 +27,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import datasets as ds  # noqa: E402
-from common import InProcServer, LoadPool, drive, ratio  # noqa: E402
+from common import InProcServer, LoadPool, build_data, drive, ratio  # noqa: E402
 
 
 def build(d: Path, spark: object, products: int, categories: int, visits: int) -> None:
-    with InProcServer(d, spark) as srv:
-        assert srv.engine is not None
-        for sql in ds.VISITS_TABLES:
-            srv.engine.execute(sql)
-        ds.load_visits(srv.engine.storage, products, categories, visits)
-        srv.engine.flush()
-        srv.engine.compact()
-        for sql in ds.VISITS_VIEWS:
-            srv.engine.execute(sql)
+    build_data(d, spark, ds.VISITS_TABLES, ds.VISITS_VIEWS,
+               lambda st: ds.load_visits(st, products, categories, visits))
 
 
 def measure(srv: InProcServer, pool: LoadPool, *, batch: int, suffix: str, gen: dict,
