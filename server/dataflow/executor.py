@@ -7,7 +7,7 @@ every state changes at well-defined LSN boundaries. The ordering rules (DESIGN.m
 
 * an update that meets a **hole** is dropped there (``_apply_batch``, ``_process``);
 * a join update whose lookup misses an evict-on-miss index is held by an *index fill* of
-  that key, and the downstream keys it reaches wait for it (``_process``, ``gating.py``);
+  that key, and the downstream keys it reaches wait for it (``joinmiss.py``, ``gating.py``);
 * an update that meets a **pending** key with LSN > the fill's snapshot V is held by the
   fill (same places); when the reply lands, the fill's states are filled bottom-up with
   the reply and the held updates are replayed in LSN order (``FillCoordinator.finish``
@@ -39,7 +39,6 @@ from partialflow.operators.base import Delta, Row
 from partialflow.operators.grouped import by_group
 from partialflow.server.dataflow.bounds import KeyBounds
 from partialflow.server.dataflow.checkpointer import Checkpointer
-from partialflow.server.dataflow.downstream import downstream_keys
 from partialflow.server.dataflow.evictor import Evictor
 from partialflow.server.dataflow.fill import (
     Captured,
@@ -48,12 +47,12 @@ from partialflow.server.dataflow.fill import (
     HeldJoin,
     HeldNode,
     HeldRows,
-    capture,
 )
 from partialflow.server.dataflow.fills import FillCoordinator
 from partialflow.server.dataflow.gcpause import collection_deferred
 from partialflow.server.dataflow.graph import Graph, Node
 from partialflow.server.dataflow.inbox import Inbox
+from partialflow.server.dataflow.joinmiss import on_join_miss
 from partialflow.server.dataflow.packets import (
     Call,
     FillDone,
@@ -353,7 +352,7 @@ class Executor:
     # -- propagation -------------------------------------------------------------------
     def _propagate(self, items: Items, lsn: int, captured: Captured | None = None) -> None:
         """Push deltas up the graph in topological order (node ids are topological).
-        ``captured``: the items are held join deltas being replayed (see _process)."""
+        ``captured``: the items are held join deltas being replayed (see joinmiss.py)."""
         inbox: dict[int, list[tuple[int, list[Delta]]]] = {}
         heap: list[int] = []
 
@@ -440,45 +439,8 @@ class Executor:
                 self.evictor.evict(st, st.fill_key_of_index(group))
             return out.deltas
         out = op.on_input(pidx, deltas, StateAccess(node))
-        for m in out.misses:
-            side = node.sides[m.side]
-            fk = side.fill_key_of_index(m.key)
-            fill = side.pending_fill(fk)
-            # The keys above the delta could reach: computed once, for whichever needs them.
-            targets = downstream_keys(node, pidx, m.delta[0]) if side.mode == "miss" else None
-            if fill is None and side.mode == "miss" and lsn > self.applied_lsn:
-                assert targets is not None
-                if not self.fills.index.reaches_filled(targets):
-                    # Every key the update reaches is a hole (a view nobody reads, say):
-                    # it would be dropped there anyway; no fill, no eviction.
-                    self.stats.count("join_misses_dropped")
-                    continue
-                if self.bounds.fill_if_empty(side, fk, self.changed):
-                    continue  # proven empty (bounds.py): the inner join makes nothing
-                # A live write missed an evict-on-miss index: fetch the key from the
-                # snapshot before this write (gating.py) rather than evict.
-                fill = self.fills.index_fill(side, fk)
-            if fill is not None and lsn > fill.lsn and (side.mode != "miss" or fill.index):
-                # Hold the computation until the missed side is filled, with the other
-                # sides' rows as they are now (the replay must not see their later updates,
-                # which reach the pending keys on their own). The delta's own side is
-                # updated now like any other: deltas from the other side meanwhile must
-                # see this one. In trace mode the downstream keys are pending in the same
-                # fill; an index fill gates them.
-                fill.hold(HeldJoin(lsn, fk, node, pidx, m.delta,
-                                   capture(node, m.side, m.key), m.side))
-                if fill.index:
-                    keys = targets if targets is not None else downstream_keys(
-                        node, pidx, m.delta[0])
-                    self.fills.index.gate(fill, keys, lsn)
-                continue
-            self.stats.count("join_misses")
-            # The update can't be computed (a replayed update, or index fills backing off
-            # after failures): drop it and evict what it could affect; an evict-on-miss
-            # index then fills the key it missed.
-            self.evictor.evict_downstream(node, pidx, m.delta[0])
-            if side.mode == "miss" and fill is None:
-                self.fills.want(side, fk, None)
+        for m in out.misses:  # joinmiss.py: drop, fill or hold the update
+            on_join_miss(self, node, pidx, m, lsn)
         own_side = node.sides.get(pidx)
         if own_side is not None:
             self._apply_batch(own_side, deltas, lsn)

@@ -1,0 +1,64 @@
+"""A join update whose lookup found a hole in the other side's index: what becomes of it.
+
+The executor hands each miss of a join's output here (``on_join_miss``), in the packet of
+the write at LSN ``lsn``. In order:
+
+1. Nothing the update could reach is filled (a view nobody reads, say): it would be
+   dropped at a hole further up anyway. Dropped, with no fill and no eviction
+   (``join_misses_dropped``).
+2. The missed index key is proven empty by the column's key bounds (bounds.py): filled
+   empty at once, and the inner join makes nothing.
+3. A live write missed an evict-on-miss index: the key is fetched by an *index fill* at
+   the snapshot before this write (gating.py). The update is held by that fill (or by the
+   fill the key is already pending on, in trace mode), with the other sides' rows
+   captured as they are now, and an index fill gates the downstream keys it reaches, so
+   their readers wait for one small fill rather than being evicted again and again.
+4. Otherwise (a replayed update, or index fills backing off after failures) the update
+   can't be computed: it is dropped and every downstream key it could affect is evicted;
+   an evict-on-miss index then fills the key it missed (``join_misses``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from partialflow.operators.base import Miss
+from partialflow.server.dataflow.downstream import downstream_keys
+from partialflow.server.dataflow.fill import HeldJoin, capture
+
+if TYPE_CHECKING:
+    from partialflow.server.dataflow.executor import Executor
+    from partialflow.server.dataflow.graph import Node
+
+
+def on_join_miss(ex: Executor, node: Node, pidx: int, m: Miss, lsn: int) -> None:
+    """Drop, fill or hold join ``node``'s update ``m.delta`` (from input ``pidx``), whose
+    lookup into side ``m.side`` found a hole at ``m.key`` (executor thread)."""
+    side = node.sides[m.side]
+    fk = side.fill_key_of_index(m.key)
+    fill = side.pending_fill(fk)
+    # The keys above the delta could reach: computed once, for whichever needs them.
+    targets = downstream_keys(node, pidx, m.delta[0]) if side.mode == "miss" else None
+    if fill is None and side.mode == "miss" and lsn > ex.applied_lsn:
+        assert targets is not None
+        if not ex.fills.index.reaches_filled(targets):
+            ex.stats.count("join_misses_dropped")
+            return
+        if ex.bounds.fill_if_empty(side, fk, ex.changed):
+            return
+        fill = ex.fills.index_fill(side, fk)
+    if fill is not None and lsn > fill.lsn and (side.mode != "miss" or fill.index):
+        # Hold the computation until the missed side is filled, with the other sides' rows
+        # as they are now (the replay must not see their later updates, which reach the
+        # pending keys on their own). The delta's own side is updated now like any other:
+        # deltas from the other side meanwhile must see this one. In trace mode the
+        # downstream keys are pending in the same fill; an index fill gates them.
+        fill.hold(HeldJoin(lsn, fk, node, pidx, m.delta, capture(node, m.side, m.key), m.side))
+        if fill.index:
+            keys = targets if targets is not None else downstream_keys(node, pidx, m.delta[0])
+            ex.fills.index.gate(fill, keys, lsn)
+        return
+    ex.stats.count("join_misses")
+    ex.evictor.evict_downstream(node, pidx, m.delta[0])
+    if side.mode == "miss" and fill is None:
+        ex.fills.want(side, fk, None)
