@@ -370,7 +370,8 @@ def test_a_failed_index_fill_evicts_what_it_gated_and_backs_off() -> None:
         read.resume()
     reader = h.df._reader("m").state
     assert reader.lookup(("c0",)) == reader.lookup(("c1",)) == "hole"
-    # Backing off: the next miss on that index evicts instead of fetching...
+    # Backing off: the next miss on that index issues no index fill (both categories are
+    # holes here, so it is dropped; the back-off test below has it evict)...
     _move(h, "p2", "c0", "c1")
     assert h.ex.stats.counters["index_fills"] == 1
     _assert_exact(h, "m", [("c0",), ("c1",)], h.lookup("m", [("c0",), ("c1",)]))
@@ -380,6 +381,56 @@ def test_a_failed_index_fill_evicts_what_it_gated_and_backs_off() -> None:
     assert h.ex.stats.counters["index_fills"] == 2
     _finish_all(h)
     _assert_exact(h, "m", [("c0",), ("c1",)], h.lookup("m", [("c0",), ("c1",)]))
+
+
+def _visit_index(h: Harness):
+    (join,) = [n for n in h.ex.graph.nodes.values() if n.sides]
+    return join.sides[1]  # visits by product, evict-on-miss
+
+
+def test_a_join_miss_that_reaches_only_holes_costs_no_fill_and_evicts_nothing() -> None:
+    """joinmiss.py, outcome 1: p1 moves between two categories nobody reads. Its visit
+    index key is a hole, but every key the update reaches is a hole too, where it would be
+    dropped anyway: no index fill (no upquery), no eviction, and the read key stays."""
+    h = _visits()
+    _assert_exact(h, "m", [("c0",)], h.lookup("m", [("c0",)]))
+    jobs = h.runner.jobs
+    _move(h, "p1", "c1", "c3")
+    _issue(h)
+    counters = h.ex.stats.counters
+    assert counters["join_misses_dropped"] == 2  # the delete and the insert
+    assert counters.get("index_fills", 0) == 0 and counters.get("evictions", 0) == 0
+    assert h.runner.jobs == jobs and not h.runner.pending
+    assert h.df._reader("m").state.is_filled(("c0",))
+    _assert_exact(h, "m", [("c0",), ("c3",)], h.lookup("m", [("c0",), ("c3",)]))
+    _finish_all(h)
+
+
+def test_a_miss_that_evicts_while_index_fills_back_off_fills_the_index_key() -> None:
+    """joinmiss.py, outcome 4: while index fills back off, a miss drops its update and
+    evicts what it reaches, and the index then fetches the key it missed (an ordinary
+    fill, nothing gated), so the next update of that product finds it and evicts nothing."""
+    h = _visits()
+    _assert_exact(h, "m", [("c0",), ("c1",)], h.lookup("m", [("c0",), ("c1",)]))
+    _move(h, "p0", "c0", "c1")
+    h.run()
+    h.runner.fail(0)  # the index fill fails: back off (both categories become holes)
+    h.run()
+    _assert_exact(h, "m", [("c0",), ("c1",)], h.lookup("m", [("c0",), ("c1",)]))
+    evictions = h.ex.stats.counters["evictions"]
+    _move(h, "p2", "c0", "c1")  # backing off: evicts, and wants the index key p2
+    assert h.ex.stats.counters["evictions"] > evictions
+    _issue(h)
+    assert _visit_index(h).lookup(("p2",)) == "pending"
+    h.runner.deliver_all()
+    h.run()
+    assert _visit_index(h).is_filled(("p2",))
+    _assert_exact(h, "m", [("c0",), ("c1",)], h.lookup("m", [("c0",), ("c1",)]))
+    evictions = h.ex.stats.counters["evictions"]
+    _move(h, "p2", "c1", "c0")  # still within the back-off: the key is there now
+    assert h.ex.stats.counters["evictions"] == evictions
+    _assert_exact(h, "m", [("c0",), ("c1",)], h.lookup("m", [("c0",), ("c1",)]))
+    _finish_all(h)
 
 
 # -- key bounds (bounds.py): a new auction's bid-index key is filled empty, not fetched --
