@@ -181,6 +181,26 @@ def test_a_right_write_to_a_left_join_at_a_cold_key_evicts_nothing() -> None:
     _finish_all(h)
 
 
+def test_a_right_delta_held_by_a_left_join_replays_against_the_right_rows_it_met() -> None:
+    """A right write meets the LEFT JOIN's left index pending at key 5 (a read's fill) and
+    is held; the right index takes it at once. Key 5 had no right rows, so the replay must
+    retract (5, 50, NULL): it has to count the right rows as they were when the delta was
+    held (captured), not as they are when it replays (the delta itself is in them then)."""
+    h = _join_views(LEFT_JOIN)
+    join = h.df._reader("v").state.below[0].node
+    read = h.begin("v", [(5,)])
+    _issue(h)
+    assert join.sides[0].is_pending((5,)) and join.sides[1].mode == "full"
+    h.model.write("b", inserts=[(5, 500)])  # held: the left rows at 5 are not there yet
+    h.run()
+    h.runner.deliver()
+    h.run()
+    read.resume()
+    assert read.answer()[0][1] == h.model.lsn  # the answer has the write
+    _assert_exact(h, "v", [(5,)], read.answer())
+    _finish_all(h)
+
+
 def test_lookup_keys_are_checked_before_anything_is_queued() -> None:
     h = _count_view()
     with pytest.raises(
