@@ -489,6 +489,30 @@ def test_a_replayed_join_update_skips_keys_filled_after_it(reads_land_first: boo
         _assert_exact(h, v, [("c0",), ("c1",)], h.lookup(v, [("c0",), ("c1",)]))
     _finish_all(h)
 
+
+def test_a_join_update_at_a_fills_snapshot_is_not_held_by_it() -> None:
+    """Two joins: p0's move (LSN L) misses the visit index and is held by an index fill;
+    a read of v then fills c1, the category index of the upper join too, from snapshot L.
+    The index fill's replay carries the move up to that join, whose lookup meets the
+    read's pending key: the move is in the read's reply already, so it must not be held
+    there and replayed once more (it would reach the read's key twice)."""
+    h = _visits()
+    h.table("cat", [("category", "TEXT"), ("label", "TEXT")], [("c0", "zero"), ("c1", "one")])
+    h.view("v", "SELECT info.category, visit.length, cat.label FROM info JOIN visit ON "
+                "info.product = visit.product JOIN cat ON info.category = cat.category "
+                "WHERE info.category = ?")
+    _assert_exact(h, "m", [("c0",), ("c1",)], h.lookup("m", [("c0",), ("c1",)]))
+    _move(h, "p0", "c0", "c1")  # held by an index fill (m's keys are filled)
+    read = h.begin("v", [("c1",)])
+    _issue(h)
+    [index_fill, fill] = [p.fill for p in h.runner.pending]
+    assert index_fill.index and fill.lsn == h.ex.applied_lsn == h.model.lsn
+    h.runner.deliver(0)  # the index fill lands first: the move replays up to v's join
+    h.run()
+    _assert_exact(h, "v", [("c1",)], h.finish(read))
+    _finish_all(h)
+    _assert_exact(h, "v", [("c0",), ("c1",)], h.lookup("v", [("c0",), ("c1",)]))
+
 # -- key bounds (bounds.py): a new auction's bid-index key is filled empty, not fetched --
 AUCTION = [("id", "BIGINT"), ("category", "BIGINT")]
 BID = [("auction", "BIGINT"), ("bidder", "BIGINT"), ("price", "DOUBLE")]
