@@ -1,18 +1,19 @@
 """A join update whose lookup found a hole in the other side's index: what becomes of it.
 
 The executor hands each miss of a join's output here (``on_join_miss``), in the packet of
-the write at LSN ``lsn``. In order:
+the write at LSN ``lsn``. Outcomes 1-3 are for a *live* write that missed an evict-on-miss
+index (LSN after everything applied so far; a replayed held update is not live). In order:
 
 1. Nothing the update could reach is filled (a view nobody reads, say): it would be
    dropped at a hole further up anyway. Dropped, with no fill and no eviction
    (``join_misses_dropped``).
 2. The missed index key is proven empty by the column's key bounds (bounds.py): filled
    empty at once, and the inner join makes nothing.
-3. A live write missed an evict-on-miss index: the key is fetched by an *index fill* at
-   the snapshot before this write (gating.py). The update is held by that fill (or by the
-   fill the key is already pending on, in trace mode), with the other sides' rows
-   captured as they are now, and an index fill gates the downstream keys it reaches, so
-   their readers wait for one small fill rather than being evicted again and again.
+3. Otherwise the key is fetched by an *index fill* at the snapshot before this write
+   (gating.py). The update is held by that fill (or by the fill the key is already
+   pending on, in trace mode), with the other sides' rows captured as they are now, and
+   an index fill gates the downstream keys it reaches, so their readers wait for one
+   small fill rather than being evicted again and again.
 4. Otherwise (a replayed update, or index fills backing off after failures) the update
    can't be computed: it is dropped and every downstream key it could affect is evicted;
    an evict-on-miss index then fills the key it missed (``join_misses``).
