@@ -1,8 +1,9 @@
 """A join update whose lookup found a hole in the other side's index: what becomes of it.
 
 The executor hands each miss of a join's output here (``on_join_miss``), in the packet of
-the write at LSN ``lsn``. Outcomes 1-3 are for a *live* write that missed an evict-on-miss
-index (LSN after everything applied so far; a replayed held update is not live). In order:
+the write at LSN ``lsn``. Outcomes 1 and 2 and the index fill of 3 are for a *live* write
+that missed an evict-on-miss index (LSN after everything applied so far; a replayed held
+update is not live). In order:
 
 1. Nothing the update could reach is filled (a view nobody reads, say): it would be
    dropped at a hole further up anyway. Dropped, with no fill and no eviction
