@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from cachetools import LRUCache
@@ -187,10 +187,15 @@ class Evictor:
             for fk in st.filled_keys():
                 self.evict(st, fk)
 
-    def evict_downstream(self, node: Node, pidx: int, row: Row) -> None:
+    def evict_downstream(self, node: Node, pidx: int, row: Row,
+                         changes: Callable[[State, Row], bool] | None = None) -> None:
         """A delta from parent ``pidx`` of ``node`` was dropped: evict every downstream key
-        it could have affected (computable from the row's own columns)."""
+        it could have affected (computable from the row's own columns). ``changes``: the
+        executor's rule for whether the delta would change a key (a key whose content
+        already has it is left alone: evicting a pending one would cancel its fill)."""
         for st, fk in downstream_keys(node, pidx, row):
+            if fk is not None and changes is not None and not changes(st, fk):
+                continue
             if fk is None:
                 log.warning(
                     "cannot compute key of %s from a dropped update; evicting all of it", st.label

@@ -382,7 +382,7 @@ class Executor:
                 continue
             for pidx, deltas in sorted(batches, key=lambda b: b[0]):
                 if nid in replayed:
-                    out = self._replay_join(node, pidx, deltas, captured or {})
+                    out = self._replay_join(node, pidx, deltas, captured or {}, lsn)
                 else:
                     out = self._process(node, pidx, deltas, lsn)
                 if out:
@@ -390,7 +390,7 @@ class Executor:
                         push(child, cidx, out)
 
     def _replay_join(
-        self, node: Node, pidx: int, deltas: list[Delta], captured: Captured
+        self, node: Node, pidx: int, deltas: list[Delta], captured: Captured, lsn: int
     ) -> list[Delta]:
         """Compute held join deltas now that the side they missed is filled. The side
         indexes outside the fill were captured when the deltas were held (they have moved
@@ -398,8 +398,21 @@ class Executor:
         out = node.op.on_input(pidx, deltas, CapturedAccess(node, captured))  # type: ignore[union-attr]
         for m in out.misses:  # the side was evicted meanwhile: drop, evict what it affects
             self.stats.count("join_misses")
-            self.evictor.evict_downstream(node, pidx, m.delta[0])
+            self.evictor.evict_downstream(node, pidx, m.delta[0],
+                                          lambda st, fk: self.changes(st, fk, lsn))
         return out.deltas
+
+    def changes(self, st: State, fk: Row, lsn: int) -> bool:
+        """Whether an update at ``lsn`` may change key ``fk`` of ``st`` (the rules of
+        ``_apply_batch``). Not a filled key outside the scope of an index fill whose
+        held updates replay, or of it but exact at ``lsn`` already, and not a key pending
+        on a fill whose snapshot has ``lsn``: their contents have the update. (Live
+        writes come after every snapshot and outside replays: every key, for them.)"""
+        if st.is_filled(fk):
+            scope = self._scope
+            return scope is None or lsn > scope.get((st, fk), lsn)
+        fill = st.pending_fill(fk)
+        return fill is None or lsn > fill.lsn
 
     def _process(self, node: Node, pidx: int, deltas: list[Delta], lsn: int) -> list[Delta]:
         if node.view is not None:

@@ -16,8 +16,10 @@ update is not live). In order:
    an index fill gates the downstream keys it reaches, so their readers wait for one
    small fill rather than being evicted again and again.
 4. Otherwise (a replayed update, or index fills backing off after failures) the update
-   can't be computed: it is dropped and every downstream key it could affect is evicted;
-   an evict-on-miss index then fills the key it missed (``join_misses``).
+   can't be computed: it is dropped and every downstream key it could change is evicted
+   (``Executor.changes``: not a key whose content has it already, such as one pending on
+   a fill from a snapshot at or after ``lsn``); an evict-on-miss index then fills the key
+   it missed (``join_misses``).
 """
 
 from __future__ import annotations
@@ -61,6 +63,6 @@ def on_join_miss(ex: Executor, node: Node, pidx: int, m: Miss, lsn: int) -> None
             ex.fills.index.gate(fill, keys, lsn)
         return
     ex.stats.count("join_misses")
-    ex.evictor.evict_downstream(node, pidx, m.delta[0])
+    ex.evictor.evict_downstream(node, pidx, m.delta[0], lambda st, k: ex.changes(st, k, lsn))
     if side.mode == "miss" and fill is None:
         ex.fills.want(side, fk, None)

@@ -495,7 +495,8 @@ def test_a_join_update_at_a_fills_snapshot_is_not_held_by_it() -> None:
     a read of v then fills c1, the category index of the upper join too, from snapshot L.
     The index fill's replay carries the move up to that join, whose lookup meets the
     read's pending key: the move is in the read's reply already, so it must not be held
-    there and replayed once more (it would reach the read's key twice)."""
+    there and replayed once more (it would reach the read's key twice), nor evict that
+    key (cancelling the read's fill for nothing: it would ask Spark again)."""
     h = _visits()
     h.table("cat", [("category", "TEXT"), ("label", "TEXT")], [("c0", "zero"), ("c1", "one")])
     h.view("v", "SELECT info.category, visit.length, cat.label FROM info JOIN visit ON "
@@ -509,6 +510,7 @@ def test_a_join_update_at_a_fills_snapshot_is_not_held_by_it() -> None:
     assert index_fill.index and fill.lsn == h.ex.applied_lsn == h.model.lsn
     h.runner.deliver(0)  # the index fill lands first: the move replays up to v's join
     h.run()
+    assert h.ex.stats.counters.get("fills_cancelled", 0) == 0
     _assert_exact(h, "v", [("c1",)], h.finish(read))
     _finish_all(h)
     _assert_exact(h, "v", [("c0",), ("c1",)], h.lookup("v", [("c0",), ("c1",)]))
