@@ -515,6 +515,63 @@ def test_a_join_update_at_a_fills_snapshot_is_not_held_by_it() -> None:
     _finish_all(h)
     _assert_exact(h, "v", [("c0",), ("c1",)], h.lookup("v", [("c0",), ("c1",)]))
 
+def test_a_replayed_join_update_that_misses_skips_filled_keys_that_have_it() -> None:
+    """``Executor.changes`` while an index fill's held updates replay: a replayed update
+    whose lookup misses (joinmiss.py, outcome 4) does not evict a filled key exact at or
+    after its LSN. v joins two evict-on-miss joins on category. p0's move to c2 (LSN L1)
+    is held by index fill F (c0 is read); a read then fills c2 from snapshot L1. p0
+    loses its visit, then moves on to c3 (LF), which is held by F too and blocks c2 on F,
+    exact at LF - 1 >= L1. Item i1's move to c2 misses the cdata index: index fill G
+    blocks c2's category index on it, and c2 waits for G once F has replayed. When F
+    lands, the move at L1 replays up to v's join, whose lookup meets that blocked index
+    key (L1 is before G's snapshot: outcome 4). c2 has L1 already: it must not be evicted
+    (only to be fetched again), and it answers after G with no upquery of its own."""
+    h = Harness(upquery_timeout=TIMEOUT)
+    h.ex.fills.prefetcher.enabled = False  # the indexes stay cold: moves miss them
+    h.table("info", [("product", "TEXT"), ("category", "TEXT")],
+            [(f"p{i}", f"c{i % 2}") for i in range(6)])
+    h.table("visit", [("product", "TEXT"), ("user", "TEXT"), ("length", "BIGINT")],
+            [(f"p{i}", "u", 10 * i + 1) for i in range(6)])
+    h.table("cinfo", [("item", "TEXT"), ("category", "TEXT")],
+            [(f"i{i}", f"c{i % 3}") for i in range(6)])
+    h.table("cdata", [("item", "TEXT"), ("w", "BIGINT")], [(f"i{i}", 100 * i) for i in range(6)])
+    h.view("v", "SELECT a.category, a.length, b.w FROM (SELECT info.category, visit.length "
+                "FROM info JOIN visit ON info.product = visit.product) a JOIN (SELECT "
+                "cinfo.category, cdata.w FROM cinfo JOIN cdata ON cinfo.item = cdata.item) b "
+                "ON a.category = b.category WHERE a.category = ?")
+    _assert_exact(h, "v", [("c0",)], h.lookup("v", [("c0",)]))
+    _move(h, "p0", "c0", "c2")  # L1: misses the visit index at p0, held by index fill F
+    read = h.begin("v", [("c2",)])
+    _issue(h)
+    [f, fill] = h.runner.pending
+    assert f.fill.index and not fill.fill.index and fill.fill.lsn == h.ex.applied_lsn
+    h.runner.deliver(1)  # c2 is filled from snapshot L1: it has the move
+    h.run()
+    _assert_exact(h, "v", [("c2",)], h.finish(read))
+    h.model.write("visit", deletes=[("p0", "u", 1)])  # held by F (visit index at p0)
+    h.run()
+    _move(h, "p0", "c2", "c3")  # LF: held by F, blocks c2 on it (exact at LF - 1)
+    h.model.write("cinfo", inserts=[("i1", "c2")], deletes=[("i1", "c1")])  # index fill G
+    h.run()
+    reader = h.df._reader("v").state
+    assert reader.pending_fill(("c2",)) is f.fill and len(h.runner.pending) == 2
+    h.runner.deliver(0)  # F lands: L1 replays and misses G's blocked key at v's join
+    h.run()
+    counters = h.ex.stats.counters
+    assert counters["join_misses"] == 1
+    assert counters.get("evictions", 0) == 0
+    assert reader.is_blocked(("c2",))  # kept, now waiting for G
+    upqueries = counters["upqueries"]
+    h.runner.deliver_all()
+    h.run()
+    read = h.begin("v", [("c2",)])
+    assert read.done  # a hit: c2 was never evicted
+    _assert_exact(h, "v", [("c2",)], read.answer())
+    assert counters["upqueries"] == upqueries and counters.get("evictions", 0) == 0
+    _finish_all(h)
+    keys = [("c0",), ("c1",), ("c2",), ("c3",)]
+    _assert_exact(h, "v", keys, h.lookup("v", keys))
+
 # -- key bounds (bounds.py): a new auction's bid-index key is filled empty, not fetched --
 AUCTION = [("id", "BIGINT"), ("category", "BIGINT")]
 BID = [("auction", "BIGINT"), ("bidder", "BIGINT"), ("price", "DOUBLE")]
