@@ -515,6 +515,7 @@ def test_a_join_update_at_a_fills_snapshot_is_not_held_by_it() -> None:
     _finish_all(h)
     _assert_exact(h, "v", [("c0",), ("c1",)], h.lookup("v", [("c0",), ("c1",)]))
 
+
 def test_a_replayed_join_update_that_misses_skips_filled_keys_that_have_it() -> None:
     """``Executor.changes`` while an index fill's held updates replay: a replayed update
     whose lookup misses (joinmiss.py, outcome 4) does not evict a filled key exact at or
@@ -571,6 +572,7 @@ def test_a_replayed_join_update_that_misses_skips_filled_keys_that_have_it() -> 
     _finish_all(h)
     keys = [("c0",), ("c1",), ("c2",), ("c3",)]
     _assert_exact(h, "v", keys, h.lookup("v", keys))
+
 
 # -- key bounds (bounds.py): a new auction's bid-index key is filled empty, not fetched --
 AUCTION = [("id", "BIGINT"), ("category", "BIGINT")]
