@@ -188,13 +188,13 @@ class Evictor:
                 self.evict(st, fk)
 
     def evict_downstream(self, node: Node, pidx: int, row: Row,
-                         changes: Callable[[State, Row], bool] | None = None) -> None:
+                         changes: Callable[[State, Row], bool]) -> None:
         """A delta from parent ``pidx`` of ``node`` was dropped: evict every downstream key
         it could have affected (computable from the row's own columns). ``changes``: the
         executor's rule for whether the delta would change a key (a key whose content
         already has it is left alone: evicting a pending one would cancel its fill)."""
         for st, fk in downstream_keys(node, pidx, row):
-            if fk is not None and changes is not None and not changes(st, fk):
+            if fk is not None and not changes(st, fk):
                 continue
             if fk is None:
                 log.warning(

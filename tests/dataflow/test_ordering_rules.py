@@ -453,7 +453,6 @@ def test_a_miss_that_evicts_while_index_fills_back_off_fills_the_index_key() -> 
     _finish_all(h)
 
 
-
 @pytest.mark.parametrize("reads_land_first", [True, False])
 def test_a_replayed_join_update_skips_keys_filled_after_it(reads_land_first: bool) -> None:
     """An index fill's held update reaches, when it replays, only the keys the fill made
