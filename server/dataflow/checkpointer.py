@@ -253,7 +253,7 @@ class Checkpointer:
             bucket = st.bucket(fk)
             if iks is not None:  # index keys of a key filled before (a hole: copied whole)
                 if bucket is not None:
-                    self._record(st, ("I", fk, [(ik, bucket.get(ik)) for ik in iks]), len(iks))
+                    self._record(st, ("I", fk, st.index_entries(fk, iks)), len(iks))
                     self._record(st, ("S", fk, st.size_of(fk)))
                     yield
                 continue
@@ -261,12 +261,12 @@ class Checkpointer:
                 self._record(st, ("H", fk))
                 continue
             self._record(st, ("F", fk))
-            keys = list(bucket)
+            keys = st.index_keys(fk)
             for i in range(0, len(keys), SLICE):
                 if not final and st.bucket(fk) is not bucket:
                     break  # filled anew or evicted since: it is copied again at the finish
                 part = keys[i:i + SLICE]
-                self._record(st, ("I", fk, [(ik, bucket.get(ik)) for ik in part]), len(part))
+                self._record(st, ("I", fk, st.index_entries(fk, part)), len(part))
                 yield
             # The size now; if the key changes after this step, it is copied again (with
             # its size) at the finish.

@@ -465,15 +465,29 @@ class Executor:
         update per key; keys have separate buckets and each key's deltas keep their order."""
         if st.holds_nothing():
             return  # every key is a hole: each delta would be dropped there
-        by_fk = by_group(deltas, st.fill_key_of_row)
         scope = self._scope
         # Only a reader's changed keys are listed (to be republished): sizes are the
         # state's own, and a write does not move a key in the LRU.
         changed = self._changed if st.node.view is not None else None
+        if scope is None:
+            # Outside a replay, every filled key takes the update: the state applies
+            # them in one call and hands back the rest.
+            applied: list[Row] | None = [] if changed is not None else None
+            by_fk = st.apply_deltas(deltas, applied)
+            if applied:
+                for fk in applied:
+                    changed[(st, fk)] = None  # type: ignore[index]
+            for fk, batch in by_fk.items():
+                fill = st.pending_fill(fk)
+                if fill is not None and lsn > fill.lsn:
+                    for d in batch:
+                        fill.hold(HeldRows(lsn, fk, st, d))
+            return
+        by_fk = by_group(deltas, st.fill_key_of_row)
         for fk, batch in by_fk.items():
             bucket = st.bucket(fk)
             if bucket is not None:
-                if scope is None or lsn > scope.get((st, fk), lsn):
+                if lsn > scope.get((st, fk), lsn):
                     st.apply_rows(bucket, fk, batch)
                     if changed is not None:
                         changed[(st, fk)] = None

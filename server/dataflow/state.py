@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from partialflow.operators.base import Row
 from partialflow.operators.grouped import column_getter
 from partialflow.operators.sizes import row_size
-from partialflow.operators.values import canonical_row
+from partialflow.server.dataflow import bags
 
 if TYPE_CHECKING:
     from partialflow.server.dataflow.fill import Fill
@@ -42,8 +42,23 @@ KeyStatus = Literal["hit", "hole", "pending"]
 BUCKET_OVERHEAD = 240  # dict + bookkeeping per filled key, measured with sys.getsizeof
 
 # A filled key's contents: index key -> bag (row -> multiplicity) for a rows state,
-# group key -> operator entry for a grouped state.
+# group key -> operator entry for a grouped state. A rows state whose index key is its
+# fill key (a join index or reader keyed by exactly its partial columns) stores the one
+# bag itself instead (``State.flat``): its keys are the many small ones, and the dict
+# around each bag cost a second lookup per row (cache misses, in a state of a million
+# rows). ``bucket`` hands out what is stored; ``index_entries`` the {index key: bag} view.
 Bucket = dict[Row, Any]
+
+# Rows states are sized by counting rows: a key's bytes are its row count times the
+# state's mean row size, sampled from the rows applied (one in SAMPLE_EVERY), plus the
+# overhead of a bucket per key. Measuring every row's size was a third of the cost of
+# applying it; the limit needs totals, not a byte-exact price per row. Grouped states
+# keep each key's bytes (entries vary widely).
+SAMPLE_EVERY = 16
+# The mean is that of the first SAMPLE_WEIGHT samples, then moves 1/SAMPLE_WEIGHT of the
+# way to each new one: it follows the rows as they change (a sample's weight halves
+# after about 44 more).
+SAMPLE_WEIGHT = 64
 
 
 @dataclass(eq=False)
@@ -67,10 +82,16 @@ class State:
     anomalies: int = 0
     reason: str = ""  # why this mode was chosen (materialize.py; shown by explain)
     _buckets: dict[Row, Bucket] = field(default_factory=dict, repr=False)
+    # Grouped states: each filled (or blocked) key's bytes. Rows states: its row count.
     _sizes: dict[Row, int] = field(default_factory=dict, repr=False)
     # The sum of ``_sizes``, kept as they change: the evictor reads every state's total
     # at each packet's end instead of re-reading the size of each key a write changed.
     _total: int = field(default=0, repr=False)
+    # Rows states: the mean row size sampled (see SAMPLE_EVERY), the samples taken (up to
+    # SAMPLE_WEIGHT) and the rows to go until the next sample.
+    _mean: float = field(default=0.0, repr=False)
+    _samples: int = field(default=0, repr=False)
+    _until_sample: int = field(default=0, repr=False)
     _pending: dict[Row, Fill] = field(default_factory=dict, repr=False)
     # Filled keys blocked on an index fill (fill.py): their buckets, kept aside while the
     # key is pending on that fill.
@@ -99,8 +120,9 @@ class State:
         same = self.fk_in_index == tuple(range(len(self.index_cols)))
         self.fill_key_of_index = _same if same else column_getter(self.fk_in_index)
         # A row's index key is its fill key (a join index or reader keyed by exactly its
-        # partial columns): a rows bucket then has that one index key.
-        self._ik_is_fk = same
+        # partial columns): the state stores each key's one bag as its bucket.
+        self.flat = same and bool(self.partial_cols) and self.kind == "rows"
+        self._rows = self.kind == "rows"
 
     def release(self) -> None:
         """Drop every key's contents (the state is no longer used: its view was dropped
@@ -125,8 +147,24 @@ class State:
         return fk in self._pending
 
     def bucket(self, fk: Row) -> Bucket | None:
-        """The filled key's bucket, or None for a hole or a pending key (hot path)."""
+        """What a filled key stores (its bucket; for a ``flat`` state, its one bag), or
+        None for a hole or a pending key (hot path). Hand it back to ``apply_rows``."""
         return self._buckets.get(fk)
+
+    def index_keys(self, fk: Row) -> list[Row]:
+        """A filled key's index keys (group keys) that hold something."""
+        bucket = self._buckets[fk]
+        if self.flat:
+            return [fk] if bucket else []
+        return list(bucket)
+
+    def index_entries(self, fk: Row, iks: list[Row]) -> list[tuple[Row, Any]]:
+        """(index key, its bag or entry, None if it has none) for ``iks`` of filled
+        ``fk``: a checkpoint's copy, the same whatever the layout."""
+        bucket = self._buckets[fk]
+        if self.flat:
+            return [(ik, bucket if ik == fk and bucket else None) for ik in iks]
+        return [(ik, bucket.get(ik)) for ik in iks]
 
     def pending_fill(self, fk: Row) -> Fill | None:
         return self._pending.get(fk)
@@ -167,23 +205,29 @@ class State:
         return fks, iks
 
     def restore(self, fk: Row, bucket: Bucket, size: int | None = None) -> None:
-        """Make ``fk`` filled with a checkpointed bucket (recovery, before any update),
-        sized as recorded, or as ``apply_row``/``set_entry`` would have sized it."""
-        self._buckets[fk] = bucket
-        self._set_size(fk, size if size is not None else self.measured_size(fk))
+        """Make ``fk`` filled with a checkpointed bucket ({index key: bag or entry}:
+        recovery, before any update). A grouped key is sized as recorded (or measured);
+        a rows key by its rows."""
+        if self._rows:
+            rows = 0
+            for bag in bucket.values():
+                counted = list(bag.items())  # (row, multiplicity): sampled as inserts
+                if len(counted) > self._until_sample:
+                    self._sample(counted)
+                self._until_sample -= len(counted)
+                rows += sum([n for _, n in counted])
+            self._buckets[fk] = bucket.get(fk, {}) if self.flat else bucket
+            self._set_size(fk, rows)
+        else:
+            self._buckets[fk] = bucket
+            self._set_size(fk, size if size is not None else self.measured_size(fk))
         self._moved(fk)
 
     def measured_size(self, fk: Row) -> int:
-        """A filled key's bytes measured afresh (what the running total must equal)."""
-        bucket = self._buckets[fk]
+        """A filled grouped key's bytes measured afresh."""
         size = BUCKET_OVERHEAD
-        if self.kind == "rows":
-            for bag in bucket.values():
-                for row, n in bag.items():
-                    size += row_size(row) * n
-        else:
-            for group, entry in bucket.items():
-                size += self._entry_size(entry) + row_size(group)
+        for group, entry in self._buckets[fk].items():
+            size += self._entry_size(entry) + row_size(group)
         return size
 
     def mark_changed(self, fk: Row) -> None:
@@ -199,7 +243,7 @@ class State:
         """Make ``fk`` filled with an empty bucket (the caller loads it); returns it."""
         bucket: Bucket = {}
         self._buckets[fk] = bucket
-        self._set_size(fk, BUCKET_OVERHEAD)
+        self._set_size(fk, 0 if self._rows else BUCKET_OVERHEAD)
         self._moved(fk)
         return bucket
 
@@ -249,128 +293,81 @@ class State:
         self._buckets.pop(fk, None)
         self._blocked.pop(fk, None)
         self._moved(fk)
-        size = self._sizes.pop(fk, 0)
-        self._total -= size
+        if fk not in self._sizes:
+            return 0
+        size = self.size_of(fk)
+        self._total -= self._sizes.pop(fk)
         return size
 
     # -- rows states -----------------------------------------------------------------
     def apply_row(self, bucket: Bucket, fk: Row, row: Row, sign: int) -> None:
-        """Apply one delta to a filled rows bucket (a bag: row -> multiplicity)."""
-        # Rows computed afresh (an AVG of inf and -inf, a retraction rebuilt from an
-        # aggregate's entry) carry NaN objects of their own; one NaN keeps them one row.
-        row = canonical_row(row)
-        ik = self.index_key_of_row(row)
-        if self._dirty_ik is not None:
-            self._dirty_ik.add(ik)
-        bag = bucket.get(ik)
-        if bag is None:
-            bag = bucket[ik] = {}
-        n = bag.get(row, 0) + sign
-        size = row_size(row)
-        if n != 0:
-            # A negative count (a retraction of a row never seen) would mean the state
-            # diverged from its stream; it is kept (so a later insert cancels it) and
-            # counted, never shown: reads skip counts <= 0, and stats report anomalies.
-            if n < 0:
-                self._anomaly(row, fk)
-            bag[row] = n
-        else:
-            del bag[row]
-            if not bag:
-                del bucket[ik]
-        self._grow(fk, size if sign > 0 else -size)
+        """Apply one delta to a filled rows key (``bucket``: what ``bucket(fk)`` gave)."""
+        self.apply_rows(bucket, fk, [(row, sign)])
 
     def apply_rows(self, bucket: Bucket, fk: Row, deltas: list[tuple[Row, int]]) -> None:
-        """``apply_row`` of each delta in order (all of fill key ``fk``), with the size
-        total updated once."""
-        if self._ik_is_fk and self.partial_cols:
-            self._apply_rows_one_bag(bucket, fk, deltas)
-            return
-        ik_of, dirty = self.index_key_of_row, self._dirty_ik
-        grown = 0
-        for row, sign in deltas:
-            row = canonical_row(row)
-            ik = ik_of(row)
-            if dirty is not None:
-                dirty.add(ik)
-            bag = bucket.get(ik)
-            if bag is None:
-                bag = bucket[ik] = {}
-            n = bag.get(row, 0) + sign
-            if n != 0:
-                if n < 0:  # see apply_row
-                    self._anomaly(row, fk)
-                bag[row] = n
-            else:
-                del bag[row]
-                if not bag:
-                    del bucket[ik]
-            size = row_size(row)
-            grown += size if sign > 0 else -size
-        self._grow(fk, grown)
+        """Apply deltas, in order, to filled rows key ``fk`` (``bucket``: what
+        ``bucket(fk)`` gave): each row's multiplicity in its index key's bag."""
+        self._apply({fk: bucket}, lambda row: fk, deltas, None)
 
-    def _apply_rows_one_bag(self, bucket: Bucket, fk: Row, deltas: list[tuple[Row, int]]
-                            ) -> None:
-        """``apply_rows`` where every row's index key is ``fk``: one bag for the batch
-        (the hot path of join indexes and readers; the general loop finds each row's
-        bag anew)."""
-        if self._dirty_ik is not None:
-            self._dirty_ik.add(fk)
-        bag = bucket.get(fk)
-        if bag is None:
-            bag = bucket[fk] = {}
-        get = bag.get
-        grown = 0
-        for row, sign in deltas:
-            for v in row:  # canonical_row inlined: NaN objects of their own are one row
-                if v != v:
-                    row = canonical_row(row)
-                    break
-            n = get(row, 0) + sign
-            if n > 0:
-                bag[row] = n
-            elif n == 0:
-                del bag[row]
-            else:  # see apply_row
-                self._anomaly(row, fk)
-                bag[row] = n
-            size = row_size(row)
-            grown += size if sign > 0 else -size
-        if not bag:
-            del bucket[fk]
-        self._grow(fk, grown)
+    def apply_deltas(self, deltas: list[tuple[Row, int]], applied: list[Row] | None
+                     ) -> dict[Row, list[tuple[Row, int]]]:
+        """Apply each delta whose fill key is filled (a live write's hot path: one call
+        per state and batch); returns the others by fill key, in order. ``applied``, if
+        given, collects the fill keys changed (once per delta)."""
+        return self._apply(self._buckets, self.fill_key_of_row, deltas, applied)
 
-    def _anomaly(self, row: Row, fk: Row) -> None:
-        self.anomalies += 1
-        _log.warning("state %s: count of row %r fell below zero (fill key %r)",
-                     self.label, row, fk)
+    def _apply(self, buckets: dict[Row, Bucket], fk_of: Callable[[Row], Row],
+               deltas: list[tuple[Row, int]], applied: list[Row] | None
+               ) -> dict[Row, list[tuple[Row, int]]]:
+        if len(deltas) > self._until_sample:
+            self._sample(deltas)
+        self._until_sample -= len(deltas)
+        missed, rows, anomalies = bags.apply_deltas(
+            buckets, self._sizes, deltas, fk_of,
+            None if self.flat else self.index_key_of_row, self._dirty_ik, applied)
+        self._total += rows
+        for row, fk in anomalies:
+            self.anomalies += 1
+            _log.warning("state %s: count of row %r fell below zero (fill key %r)",
+                         self.label, row, fk)
+        return missed
+
+    def _sample(self, deltas: list[tuple[Row, int]]) -> None:
+        """Take the size of every SAMPLE_EVERY-th row of the stream into the state's mean
+        row size (rows inserted only: the mean is of rows the state stores, and a write
+        takes out old rows before it puts in new ones)."""
+        n, mean, last = self._samples, self._mean, 0
+        for last in range(self._until_sample, len(deltas), SAMPLE_EVERY):
+            row, sign = deltas[last]
+            if sign > 0:
+                n = min(n + 1, SAMPLE_WEIGHT)
+                mean += (row_size(row) - mean) / n
+        self._samples, self._mean = n, mean
+        self._until_sample = last + SAMPLE_EVERY  # the caller takes the rows off
+
+    @property
+    def mean_row_size(self) -> int:
+        """Bytes per row of a rows state, sampled (0 before any row)."""
+        return round(self._mean)
 
     def rows_at(self, ik: Row) -> list[Row] | None:
         """The bag of rows at index key ``ik``, or None when its fill key is a hole or
         pending (lookups can't use data that isn't there yet)."""
-        bucket = self._buckets.get(self.fill_key_of_index(ik))
-        if bucket is None:
-            return None
-        bag = bucket.get(ik)
-        if not bag:
-            return []
-        if len(bag) == 1:  # the common case of a key index: one distinct row
-            for r, n in bag.items():
-                return [r] * n
-        return [r for r, n in bag.items() for _ in range(n)]
+        if self.flat:
+            bag = self._buckets.get(ik)
+            if bag is None:
+                return None
+        else:
+            bucket = self._buckets.get(self.fill_key_of_index(ik))
+            if bucket is None:
+                return None
+            bag = bucket.get(ik)
+        return bags.listed(bag) if bag else []
 
     def bucket_rows(self, fk: Row) -> list[Row]:
         """Every row of a filled key of a rows state, repeated by multiplicity."""
-        # Published for every changed reader key after every packet: no range() per row.
-        out: list[Row] = []
-        add, extend = out.append, out.extend
-        for bag in self._buckets[fk].values():
-            for r, n in bag.items():
-                if n == 1:
-                    add(r)
-                elif n > 1:
-                    extend([r] * n)
-        return out
+        bucket = self._buckets[fk]
+        return bags.rows_of((bucket,) if self.flat else bucket.values())
 
     # -- grouped states --------------------------------------------------------------
     def set_entry(self, fk: Row, group: Row, entry: Any, size: int) -> None:
@@ -445,16 +442,35 @@ class State:
         self._total += delta
 
     def size_of(self, fk: Row) -> int:
-        return self._sizes.get(fk, 0)
+        """A filled (or blocked) key's bytes; 0 for any other."""
+        size = self._sizes.get(fk)
+        if size is None:
+            return 0
+        return BUCKET_OVERHEAD + size * self.mean_row_size if self._rows else size
 
     @property
     def memory_bytes(self) -> int:
         """Bytes of every filled and blocked key (kept as they change: O(1))."""
+        if self._rows:
+            return BUCKET_OVERHEAD * len(self._sizes) + self._total * self.mean_row_size
         return self._total
 
     def recounted_bytes(self) -> int:
         """``memory_bytes`` summed afresh from the keys' sizes (for checks)."""
-        return sum(self._sizes.values())
+        return sum([self.size_of(fk) for fk in self._sizes])
+
+    def recounted_rows(self) -> dict[Row, int]:
+        """A rows state's row count per filled (or blocked) key, counted afresh from its
+        bags (for checks: what the counts kept as rows change must equal)."""
+        out = {}
+        for fk, bucket in (*self._buckets.items(), *self._blocked.items()):
+            parts = (bucket,) if self.flat else bucket.values()
+            out[fk] = sum([n for bag in parts for n in bag.values()])
+        return out
+
+    def row_counts(self) -> dict[Row, int]:
+        """A rows state's row count per filled (or blocked) key, as kept."""
+        return dict(self._sizes)
 
     def describe(self, live: bool = True) -> str:
         key = ",".join(map(str, self.partial_cols))
