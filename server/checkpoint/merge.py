@@ -9,11 +9,10 @@ files of a chain apply oldest first, so the last word about a key wins:
 * ``("H", fk)``            — ``fk`` is a hole;
 * ``("I", fk, pairs)``     — in filled ``fk``, set each index key's value (a bag of rows,
   or a group's entry), or remove it (value ``None``);
-* ``("S", fk, bytes)``     — filled ``fk``'s size as the state accounts it (recovery need
-  not measure every row again).
+* ``("S", fk, bytes)``     — written by earlier versions (a key's size); ignored: a state
+  counts what it restores.
 
-The merged contents: signature -> fill key -> index key -> value; and the sizes:
-signature -> fill key -> bytes (a key without one is measured at recovery).
+The merged contents: signature -> fill key -> index key -> value.
 """
 
 from __future__ import annotations
@@ -31,7 +30,6 @@ from partialflow.operators.values import NAN
 from partialflow.server.checkpoint.files import CorruptCheckpoint, Manifest, read_frames
 
 Contents = dict[str, dict[Any, dict[Any, Any]]]
-Sizes = dict[str, dict[Any, int]]
 Chunk = list[tuple[str, list[tuple]]]
 
 # A pickled float that may be NaN: the BINFLOAT opcode, then 8 big-endian bytes whose
@@ -78,14 +76,12 @@ def canonical(obj: Any) -> Any:
     return obj
 
 
-def apply(contents: Contents, sizes: Sizes, chunk: Chunk) -> None:
-    """Apply one chunk's records to ``contents`` and ``sizes`` (in place)."""
+def apply(contents: Contents, chunk: Chunk) -> None:
+    """Apply one chunk's records to ``contents`` (in place)."""
     for sig, records in chunk:
         state = contents.get(sig)
         if state is None:
             state = contents[sig] = {}
-            sizes[sig] = {}
-        sized = sizes[sig]
         for rec in records:
             tag = rec[0]
             if tag == "I":
@@ -98,26 +94,21 @@ def apply(contents: Contents, sizes: Sizes, chunk: Chunk) -> None:
                     else:
                         bucket[ik] = value
             elif tag == "S":
-                if rec[1] in state:
-                    sized[rec[1]] = rec[2]
+                pass
             elif tag == "F":
                 state[rec[1]] = {}
-                sized.pop(rec[1], None)
             elif tag == "H":
                 state.pop(rec[1], None)
-                sized.pop(rec[1], None)
             elif tag == "R":
                 state.clear()
-                sized.clear()
             else:
                 raise CorruptCheckpoint(f"unknown record {tag!r}")
 
 
-def load_chain(directory: Path, m: Manifest) -> tuple[Contents, Sizes]:
-    """The states' contents and sizes at ``m.lsn`` (only states live then).
+def load_chain(directory: Path, m: Manifest) -> Contents:
+    """The states' contents at ``m.lsn`` (only states live then).
     CorruptCheckpoint if any file of the chain is missing, torn or damaged."""
     contents: Contents = {}
-    sizes: Sizes = {}
     # Millions of small objects come back: without this the cycle collector runs over the
     # growing contents again and again (it doubled the time to load).
     collecting = gc.isenabled()
@@ -129,15 +120,14 @@ def load_chain(directory: Path, m: Manifest) -> tuple[Contents, Sizes]:
                     chunk = loads(payload)
                 except Exception as e:  # a checksummed frame that won't unpickle
                     raise CorruptCheckpoint(f"{ref.name}: undecodable chunk ({e})") from None
-                apply(contents, sizes, chunk)
+                apply(contents, chunk)
     finally:
         if collecting:
             gc.enable()
-    return ({sig: contents.get(sig, {}) for sig in m.states},
-            {sig: sizes.get(sig, {}) for sig in m.states})
+    return {sig: contents.get(sig, {}) for sig in m.states}
 
 
-def full_chunks(contents: Contents, sizes: Sizes, per_chunk: int = 4096) -> Iterator[Chunk]:
+def full_chunks(contents: Contents, per_chunk: int = 4096) -> Iterator[Chunk]:
     """``contents`` as records of a full checkpoint file (compaction)."""
     chunk: Chunk = []
     n = 0
@@ -146,8 +136,6 @@ def full_chunks(contents: Contents, sizes: Sizes, per_chunk: int = 4096) -> Iter
         chunk.append((sig, records))
         for fk, bucket in state.items():
             records.append(("F", fk))
-            if fk in sizes.get(sig, {}):
-                records.append(("S", fk, sizes[sig][fk]))
             for pairs in _slices(bucket.items(), per_chunk):
                 records.append(("I", fk, pairs))
                 n += len(pairs)

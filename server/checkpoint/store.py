@@ -80,7 +80,7 @@ class CheckpointStore:
 
     def load(
         self, usable: Callable[[Manifest], str | None]
-    ) -> tuple[Manifest, merge.Contents, merge.Sizes] | None:
+    ) -> tuple[Manifest, merge.Contents] | None:
         """The newest checkpoint that is intact and ``usable`` (None, or why not), with its
         states' contents; each one skipped is logged with the reason."""
         for seq, path in list_manifests(self.dir):
@@ -90,12 +90,12 @@ class CheckpointStore:
                 if why is not None:
                     log.warning("checkpoint %d (LSN %d) skipped: %s", seq, m.lsn, why)
                     continue
-                contents, sizes = merge.load_chain(self.dir, m)
+                contents = merge.load_chain(self.dir, m)
             except CorruptCheckpoint as e:
                 log.warning("checkpoint %d skipped: %s", seq, e)
                 continue
             self.head = m
-            return m, contents, sizes
+            return m, contents
         return None
 
     # -- taking one (chunks come from the executor, the rest runs on the writer) ----------
@@ -145,8 +145,8 @@ class CheckpointStore:
         seq = self.next_seq()
         f = DataFile(self.dir, seq)
         try:
-            contents, sizes = merge.load_chain(self.dir, m)
-            for chunk in merge.full_chunks(contents, sizes):
+            contents = merge.load_chain(self.dir, m)
+            for chunk in merge.full_chunks(contents):
                 f.append(merge.dumps(chunk))
             ref = f.commit()
         except BaseException:

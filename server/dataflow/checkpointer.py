@@ -254,7 +254,6 @@ class Checkpointer:
             if iks is not None:  # index keys of a key filled before (a hole: copied whole)
                 if bucket is not None:
                     self._record(st, ("I", fk, st.index_entries(fk, iks)), len(iks))
-                    self._record(st, ("S", fk, st.size_of(fk)))
                     yield
                 continue
             if bucket is None:
@@ -268,9 +267,6 @@ class Checkpointer:
                 part = keys[i:i + SLICE]
                 self._record(st, ("I", fk, st.index_entries(fk, part)), len(part))
                 yield
-            # The size now; if the key changes after this step, it is copied again (with
-            # its size) at the finish.
-            self._record(st, ("S", fk, st.size_of(fk)))
 
     def _record(self, st: State, rec: tuple, weight: int = 1) -> None:
         sig = self.signature(st)

@@ -131,7 +131,7 @@ class Dataflow:
                 "duration_s": round(m.duration_s, 3), "chain_files": len(m.files)}
 
     def adopt_view(self, name: str, sql: str,
-                   contents_for: Callable[[State], tuple[dict[Row, Any], dict[Row, int]] | None]
+                   contents_for: Callable[[State], dict[Row, Any] | None]
                    ) -> list[tuple[State, list[Row]]] | None:
         """Recovery: install a persisted view whose states take their keys from a
         checkpoint (``contents_for``: a state's checkpointed keys, None if it has none).
@@ -147,7 +147,7 @@ class Dataflow:
             new = sorted((st for st in reader.states() if st.sid not in known),
                          key=lambda st: st.sid)
             got = {st.sid: contents_for(st) for st in new}
-            if any(() not in (got[st.sid] or ({},))[0] for st in new_full):
+            if any(() not in (got[st.sid] or {}) for st in new_full):
                 self.graph.remove_view(name)
                 return None
             ex.register_states(new)
@@ -155,12 +155,11 @@ class Dataflow:
             ex.bounds.watch(new, self._column_info, now=False)
             out = []
             for st in new:
-                found = got[st.sid]
-                if found is None:
+                contents = got[st.sid]
+                if contents is None:
                     continue
-                contents, sizes = found
                 for fk, bucket in contents.items():
-                    st.restore(fk, bucket, sizes.get(fk))
+                    st.restore(fk, bucket)
                     ex.changed(st, fk)
                 out.append((st, list(contents)))
             return out

@@ -405,7 +405,7 @@ class FillCoordinator:
         for group, entry in op.load_entries(rows).items():  # type: ignore[union-attr]
             fk = st.fill_key_of_index(group)
             if fk in keyset:
-                st.set_entry(fk, group, entry, op.entry_size(entry))  # type: ignore[union-attr]
+                st.set_entry(fk, group, entry)
 
     def _derive(self, st: State, keys: list[Row]) -> None:
         """Fill ``st`` from its source state through filter/project nodes, in Python."""
@@ -425,11 +425,11 @@ class FillCoordinator:
             out = op.on_input(0, deltas, StateAccess(st.node, bucket))  # type: ignore[union-attr]
             for group, entry in out.writes.items():
                 if entry is not None:
-                    st.set_entry(k, group, entry, op.entry_size(entry))  # type: ignore[union-attr]
+                    st.set_entry(k, group, entry)
             if not op.group_columns() and () not in bucket and hasattr(op, "initial_entry"):  # type: ignore[union-attr]
                 # A global aggregate always has its one group, even over no rows.
                 entry = op.initial_entry()  # type: ignore[union-attr]
-                st.set_entry(k, (), entry, op.entry_size(entry))  # type: ignore[union-attr]
+                st.set_entry(k, (), entry)
 
 
 def _read_error(error: BaseException) -> Exception:

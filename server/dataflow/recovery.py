@@ -24,7 +24,6 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from partialflow.server.checkpoint import Contents, Manifest
-from partialflow.server.checkpoint.merge import Sizes
 from partialflow.server.dataflow.packets import Write
 from partialflow.server.dataflow.state import State
 
@@ -51,7 +50,7 @@ def recover(df: Dataflow, views: list[tuple[str, str]], timeout: float) -> list[
         cp.recovery = {"recovered_from": None, "recovery_s": round(time.monotonic() - t0, 3)}
         log.info("no usable checkpoint: views start cold")
         return views
-    m, contents, sizes = loaded
+    m, contents = loaded
     ex = df.executor
     ex.call(lambda: ex.restart_at(m.lsn)).result()
     restored: dict[int, tuple[State, list[Any]]] = {}  # sid -> the keys it restored
@@ -59,7 +58,7 @@ def recover(df: Dataflow, views: list[tuple[str, str]], timeout: float) -> list[
     keys = 0
     for name, sql in views:
         try:
-            got = df.adopt_view(name, sql, lambda st: _contents_for(cp, st, contents, sizes))
+            got = df.adopt_view(name, sql, lambda st: _contents_for(cp, st, contents))
         except Exception as e:  # e.g. defined over a view that is left cold
             log.info("view %s starts cold: %s", name, e)
             got = None
@@ -101,11 +100,8 @@ def _unusable(m: Manifest, last: int, log_start: int) -> str | None:
     return None
 
 
-def _contents_for(cp: Any, st: State, contents: Contents,
-                  sizes: Sizes) -> tuple[dict[Any, dict[Any, Any]], dict[Any, int]] | None:
-    sig = cp.signature(st)
-    got = contents.get(sig)
-    return None if got is None else (got, sizes.get(sig, {}))
+def _contents_for(cp: Any, st: State, contents: Contents) -> dict[Any, dict[Any, Any]] | None:
+    return contents.get(cp.signature(st))
 
 
 def _drop_orphans(ex: Executor) -> None:

@@ -49,11 +49,12 @@ BUCKET_OVERHEAD = 240  # dict + bookkeeping per filled key, measured with sys.ge
 # rows). ``bucket`` hands out what is stored; ``index_entries`` the {index key: bag} view.
 Bucket = dict[Row, Any]
 
-# Rows states are sized by counting rows: a key's bytes are its row count times the
-# state's mean row size, sampled from the rows applied (one in SAMPLE_EVERY), plus the
-# overhead of a bucket per key. Measuring every row's size was a third of the cost of
-# applying it; the limit needs totals, not a byte-exact price per row. Grouped states
-# keep each key's bytes (entries vary widely).
+# States are sized by counting: a key's bytes are its rows (a rows state) or groups (a
+# grouped state) times the state's mean size of one, sampled as they are written (one in
+# SAMPLE_EVERY: a row measured as ``row_size``, a group as its entry's ``entry_size``
+# plus its key's), plus the overhead of a bucket per key. Measuring every row and entry
+# was a third of the cost of storing it; the limit needs totals, not a byte-exact price
+# per item.
 SAMPLE_EVERY = 16
 # The mean is that of the first SAMPLE_WEIGHT samples, then moves 1/SAMPLE_WEIGHT of the
 # way to each new one: it follows the rows as they change (a sample's weight halves
@@ -82,13 +83,13 @@ class State:
     anomalies: int = 0
     reason: str = ""  # why this mode was chosen (materialize.py; shown by explain)
     _buckets: dict[Row, Bucket] = field(default_factory=dict, repr=False)
-    # Grouped states: each filled (or blocked) key's bytes. Rows states: its row count.
+    # Each filled (or blocked) key's rows (a rows state) or groups (a grouped state).
     _sizes: dict[Row, int] = field(default_factory=dict, repr=False)
     # The sum of ``_sizes``, kept as they change: the evictor reads every state's total
     # at each packet's end instead of re-reading the size of each key a write changed.
     _total: int = field(default=0, repr=False)
-    # Rows states: the mean row size sampled (see SAMPLE_EVERY), the samples taken (up to
-    # SAMPLE_WEIGHT) and the rows to go until the next sample.
+    # The mean size of a row or group sampled (see SAMPLE_EVERY), the samples taken (up
+    # to SAMPLE_WEIGHT) and the rows or groups written until the next sample.
     _mean: float = field(default=0.0, repr=False)
     _samples: int = field(default=0, repr=False)
     _until_sample: int = field(default=0, repr=False)
@@ -204,10 +205,9 @@ class State:
             self._dirty_fk, self._dirty_ik = set(), set()
         return fks, iks
 
-    def restore(self, fk: Row, bucket: Bucket, size: int | None = None) -> None:
+    def restore(self, fk: Row, bucket: Bucket) -> None:
         """Make ``fk`` filled with a checkpointed bucket ({index key: bag or entry}:
-        recovery, before any update). A grouped key is sized as recorded (or measured);
-        a rows key by its rows."""
+        recovery, before any update), counted and sampled as if written."""
         if self._rows:
             rows = 0
             for bag in bucket.values():
@@ -219,16 +219,10 @@ class State:
             self._buckets[fk] = bucket.get(fk, {}) if self.flat else bucket
             self._set_size(fk, rows)
         else:
-            self._buckets[fk] = bucket
-            self._set_size(fk, size if size is not None else self.measured_size(fk))
+            self._buckets[fk] = {}
+            self._set_size(fk, 0)
+            self.set_entries(bucket, self._entry_size)
         self._moved(fk)
-
-    def measured_size(self, fk: Row) -> int:
-        """A filled grouped key's bytes measured afresh."""
-        size = BUCKET_OVERHEAD
-        for group, entry in self._buckets[fk].items():
-            size += self._entry_size(entry) + row_size(group)
-        return size
 
     def mark_changed(self, fk: Row) -> None:
         """Record that ``fk`` changed (filled, or not) for the next checkpoint."""
@@ -243,7 +237,7 @@ class State:
         """Make ``fk`` filled with an empty bucket (the caller loads it); returns it."""
         bucket: Bucket = {}
         self._buckets[fk] = bucket
-        self._set_size(fk, 0 if self._rows else BUCKET_OVERHEAD)
+        self._set_size(fk, 0)
         self._moved(fk)
         return bucket
 
@@ -346,8 +340,9 @@ class State:
         self._until_sample = last + SAMPLE_EVERY  # the caller takes the rows off
 
     @property
-    def mean_row_size(self) -> int:
-        """Bytes per row of a rows state, sampled (0 before any row)."""
+    def mean_item_size(self) -> int:
+        """Bytes per row (a rows state) or group (its entry and key), sampled; 0 before
+        any."""
         return round(self._mean)
 
     def rows_at(self, ik: Row) -> list[Row] | None:
@@ -370,47 +365,46 @@ class State:
         return bags.rows_of((bucket,) if self.flat else bucket.values())
 
     # -- grouped states --------------------------------------------------------------
-    def set_entry(self, fk: Row, group: Row, entry: Any, size: int) -> None:
+    def set_entry(self, fk: Row, group: Row, entry: Any) -> None:
         """Set (``entry`` None: remove) a group's entry in filled key ``fk``."""
-        bucket = self._buckets[fk]
-        if self._dirty_ik is not None:
-            self._dirty_ik.add(group)
-        if entry is not None:
-            old = bucket.get(group)
-            bucket[group] = entry
-            # The group key's own bytes count only when the group comes or goes.
-            delta = size - self._entry_size(old) if old is not None else size + row_size(group)
-        else:
-            old = bucket.pop(group, None)
-            if old is None:
-                return
-            delta = -(self._entry_size(old) + row_size(group))
-        self._grow(fk, delta)
+        self.set_entries({group: entry}, self._entry_size)
 
-    def set_entries(self, writes: dict[Row, Any], size_of: Callable[[Any], int]) -> list[Row]:
-        """``set_entry`` of each group (``size_of`` gives an entry's size), the size total
-        updated once per fill key; returns the fill keys touched, in order of first touch."""
-        fk_of, buckets, dirty = self.fill_key_of_index, self._buckets, self._dirty_ik
-        entry_size = self._entry_size
-        grown: dict[Row, int] = {}
+    def set_entries(self, writes: dict[Row, Any], size_of: Callable[[Any], int]) -> None:
+        """Set (None: remove) each group's entry in its filled key; ``size_of`` gives an
+        entry's bytes, for the mean (one write in SAMPLE_EVERY)."""
+        fk_of, buckets, sizes, dirty = (self.fill_key_of_index, self._buckets, self._sizes,
+                                        self._dirty_ik)
+        if len(writes) > self._until_sample:
+            self._sample_entries(writes, size_of)
+        self._until_sample -= len(writes)
+        groups = 0
         for group, entry in writes.items():
             fk = fk_of(group)
             bucket = buckets[fk]
             if dirty is not None:
                 dirty.add(group)
             if entry is not None:
-                old = bucket.get(group)
+                if group not in bucket:
+                    sizes[fk] += 1
+                    groups += 1
                 bucket[group] = entry
-                size = size_of(entry)
-                delta = size - entry_size(old) if old is not None else size + row_size(group)
-            else:
-                old = bucket.pop(group, None)
-                delta = 0 if old is None else -(entry_size(old) + row_size(group))
-            grown[fk] = grown.get(fk, 0) + delta
-        grow = self._grow
-        for fk, delta in grown.items():
-            grow(fk, delta)
-        return list(grown)
+            elif bucket.pop(group, None) is not None:
+                sizes[fk] -= 1
+                groups -= 1
+        self._total += groups
+
+    def _sample_entries(self, writes: dict[Row, Any], size_of: Callable[[Any], int]) -> None:
+        """Take every SAMPLE_EVERY-th entry written (not removed) into the mean size of a
+        group: its entry and its key."""
+        n, mean, last = self._samples, self._mean, 0
+        items = list(writes.items())
+        for last in range(self._until_sample, len(items), SAMPLE_EVERY):
+            group, entry = items[last]
+            if entry is not None:
+                n = min(n + 1, SAMPLE_WEIGHT)
+                mean += (size_of(entry) + row_size(group) - mean) / n
+        self._samples, self._mean = n, mean
+        self._until_sample = last + SAMPLE_EVERY  # the caller takes the writes off
 
     def entry(self, group: Row) -> Any | None:
         """A group's entry, or None when the group is absent or its key not filled."""
@@ -426,50 +420,38 @@ class State:
         return op.entry_size(entry) if op is not None else 0  # type: ignore[attr-defined]
 
     # -- sizes -----------------------------------------------------------------------
-    def _set_size(self, fk: Row, size: int) -> None:
-        self._total += size - self._sizes.get(fk, 0)
-        self._sizes[fk] = size
-
-    def _grow(self, fk: Row, delta: int) -> None:
-        """A filled key's bytes changed by ``delta`` (a key without a recorded size
-        starts from an empty bucket's)."""
-        sizes = self._sizes
-        old = sizes.get(fk)
-        if old is None:
-            old = BUCKET_OVERHEAD
-            self._total += BUCKET_OVERHEAD
-        sizes[fk] = old + delta
-        self._total += delta
+    def _set_size(self, fk: Row, items: int) -> None:
+        self._total += items - self._sizes.get(fk, 0)
+        self._sizes[fk] = items
 
     def size_of(self, fk: Row) -> int:
         """A filled (or blocked) key's bytes; 0 for any other."""
-        size = self._sizes.get(fk)
-        if size is None:
-            return 0
-        return BUCKET_OVERHEAD + size * self.mean_row_size if self._rows else size
+        items = self._sizes.get(fk)
+        return 0 if items is None else BUCKET_OVERHEAD + items * self.mean_item_size
 
     @property
     def memory_bytes(self) -> int:
         """Bytes of every filled and blocked key (kept as they change: O(1))."""
-        if self._rows:
-            return BUCKET_OVERHEAD * len(self._sizes) + self._total * self.mean_row_size
-        return self._total
+        return BUCKET_OVERHEAD * len(self._sizes) + self._total * self.mean_item_size
 
     def recounted_bytes(self) -> int:
         """``memory_bytes`` summed afresh from the keys' sizes (for checks)."""
         return sum([self.size_of(fk) for fk in self._sizes])
 
-    def recounted_rows(self) -> dict[Row, int]:
-        """A rows state's row count per filled (or blocked) key, counted afresh from its
-        bags (for checks: what the counts kept as rows change must equal)."""
+    def recounted_items(self) -> dict[Row, int]:
+        """Each filled (or blocked) key's rows (a rows state) or groups, counted afresh
+        from what it stores (for checks: the counts kept as they change must equal it)."""
         out = {}
         for fk, bucket in (*self._buckets.items(), *self._blocked.items()):
+            if not self._rows:
+                out[fk] = len(bucket)
+                continue
             parts = (bucket,) if self.flat else bucket.values()
             out[fk] = sum([n for bag in parts for n in bag.values()])
         return out
 
-    def row_counts(self) -> dict[Row, int]:
-        """A rows state's row count per filled (or blocked) key, as kept."""
+    def item_counts(self) -> dict[Row, int]:
+        """Each filled (or blocked) key's rows or groups, as kept."""
         return dict(self._sizes)
 
     def describe(self, live: bool = True) -> str:

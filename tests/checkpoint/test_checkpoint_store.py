@@ -111,7 +111,7 @@ def test_a_chain_merges_to_what_was_recorded_and_compacts_to_the_same(tmp_path):
         store.writer.task(lambda: None)
         loaded = CheckpointStore(tmp_path).load(_usable)
         assert loaded is not None
-        m, contents, _ = loaded
+        m, contents = loaded
         assert m.lsn == 10 * (i + 1)
         assert contents == {s: expected.get(s, {}) for s in ("a", "b")}
     assert store.compactions >= 1
@@ -141,7 +141,7 @@ def test_a_damaged_data_file_is_skipped_for_the_one_before(tmp_path, caplog, dam
     with caplog.at_level(logging.WARNING, logger="partialflow.checkpoint"):
         loaded = CheckpointStore(tmp_path).load(_usable)
     assert loaded is not None
-    m, contents, _ = loaded
+    m, contents = loaded
     assert m.lsn == 5
     assert contents["a"] == {(1,): {(1,): {(1, "x"): 1}}}
     assert any(f"checkpoint {m2.seq} skipped" in r.getMessage() for r in caplog.records)
@@ -204,3 +204,16 @@ def test_nan_comes_back_as_the_one_nan_object():
     # No NaN: nothing is rebuilt.
     plain = merge.loads(merge.dumps([("a", [("F", (1.0, math.inf))])]))
     assert plain == [("a", [("F", (1.0, math.inf))])]
+
+
+def test_size_records_of_earlier_versions_are_read_and_ignored(tmp_path):
+    """Checkpoints written before states counted their keys carry ("S", fk, bytes)
+    records; they still load, to the same contents."""
+    store = CheckpointStore(tmp_path)
+    _take(store, 5, [[("a", [("F", (1,)), ("S", (1,), 4096),
+                             ("I", (1,), [((1,), {(1, "x"): 1})]), ("S", (1,), 999)])]], False)
+    store.close()
+    loaded = CheckpointStore(tmp_path).load(_usable)
+    assert loaded is not None
+    m, contents = loaded
+    assert contents["a"] == {(1,): {(1,): {(1, "x"): 1}}}

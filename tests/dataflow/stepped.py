@@ -152,8 +152,8 @@ class Harness:
 
     def check_states(self) -> list[str]:
         """Every filled key of every state equals the model at the applied LSN, and the
-        byte accounting (a rows state's row counts, every state's bytes) matches the
-        states (call when nothing is queued)."""
+        byte accounting (each key's rows or groups counted, every state's bytes) matches
+        the states (call when nothing is queued)."""
         problems = []
         lsn = self.ex.applied_lsn
         memo: dict[int, list[Row]] = {}
@@ -174,11 +174,11 @@ class Harness:
                     )
             if st.anomalies:
                 problems.append(f"{st.label}: {st.anomalies} anomalies")
-            if st.kind == "rows" and st.row_counts() != st.recounted_rows():
-                kept, counted = st.row_counts(), st.recounted_rows()
+            if st.item_counts() != st.recounted_items():
+                kept, counted = st.item_counts(), st.recounted_items()
                 wrong = {k: (kept.get(k), counted.get(k)) for k in kept.keys() | counted.keys()
                          if kept.get(k) != counted.get(k)}
-                problems.append(f"{st.label}: row counts kept != counted (kept, counted): "
+                problems.append(f"{st.label}: item counts kept != counted (kept, counted): "
                                 f"{dict(list(wrong.items())[:5])}")
             if st.memory_bytes != st.recounted_bytes():
                 problems.append(f"{st.label}: running total {st.memory_bytes} B != "
