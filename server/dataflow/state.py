@@ -53,7 +53,7 @@ Bucket = dict[Row, Any]
 # grouped state) times the state's mean size of one, sampled as they are written (one in
 # SAMPLE_EVERY: a row measured as ``row_size``, a group as its entry's ``entry_size``
 # plus its key's), plus the overhead of a bucket per key. Measuring every row and entry
-# was a third of the cost of storing it; the limit needs totals, not a byte-exact price
+# was nearly half the cost of storing it; the limit needs totals, not a byte-exact price
 # per item.
 SAMPLE_EVERY = 16
 # The mean is that of the first SAMPLE_WEIGHT samples, then moves 1/SAMPLE_WEIGHT of the
