@@ -20,18 +20,18 @@ Delta = tuple[Row, int]
 def apply_deltas(buckets: dict[Row, Any], counts: dict[Row, int], deltas: list[Delta],
                  fk_of: Callable[[Row], Row], ik_of: Callable[[Row], Row] | None,
                  dirty: set[Row] | None, applied: list[Row] | None
-                 ) -> tuple[dict[Row, list[Delta]], int, list[Delta]]:
+                 ) -> tuple[dict[Row, list[Delta]], int, list[tuple[Row, Row]]]:
     """Apply each delta whose fill key has a bucket (``ik_of`` None: the bucket is the
     key's one bag; else a dict of bags by index key), counting its rows in ``counts``.
 
     Returns the deltas of other keys by fill key (in order), the rows added in all, and
-    the anomalies: rows whose multiplicity fell below zero. A negative count (a
+    the anomalies: (row, fill key) of rows whose multiplicity fell below zero. A negative count (a
     retraction of a row never seen) would mean the state diverged from its stream; it is
     kept (so a later insert cancels it) and counted, never shown (reads skip counts
     <= 0). ``dirty`` collects the index keys changed, ``applied`` the fill keys (once
     per delta)."""
     missed: dict[Row, list[Delta]] = {}
-    anomalies: list[Delta] = []
+    anomalies: list[tuple[Row, Row]] = []
     rows = 0
     for d in deltas:
         row, sign = d
@@ -65,7 +65,7 @@ def apply_deltas(buckets: dict[Row, Any], counts: dict[Row, int], deltas: list[D
                 del bucket[ik]
         else:
             bag[row] = n
-            anomalies.append((row, fk))  # type: ignore[arg-type]
+            anomalies.append((row, fk))
         counts[fk] += sign
         rows += sign
         if dirty is not None:

@@ -472,11 +472,13 @@ class Executor:
         if scope is None:
             # Outside a replay, every filled key takes the update: the state applies
             # them in one call and hands back the rest.
-            applied: list[Row] | None = [] if changed is not None else None
-            by_fk = st.apply_deltas(deltas, applied)
-            if applied:
+            if changed is None:
+                by_fk = st.apply_deltas(deltas, None)
+            else:
+                applied: list[Row] = []
+                by_fk = st.apply_deltas(deltas, applied)
                 for fk in applied:
-                    changed[(st, fk)] = None  # type: ignore[index]
+                    changed[(st, fk)] = None
             for fk, batch in by_fk.items():
                 fill = st.pending_fill(fk)
                 if fill is not None and lsn > fill.lsn:
