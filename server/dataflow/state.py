@@ -16,8 +16,9 @@ under its lock; nothing outside this module touches the dicts.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import TYPE_CHECKING, Any, Literal
 
 from partialflow.operators.base import Row
@@ -211,11 +212,8 @@ class State:
         if self._rows:
             rows = 0
             for bag in bucket.values():
-                counted = list(bag.items())  # (row, multiplicity): sampled as inserts
-                if len(counted) > self._until_sample:
-                    self._sample(counted)
-                self._until_sample -= len(counted)
-                rows += sum([n for _, n in counted])
+                self._sample(bag.items(), _stored_row_size)  # (row, multiplicity)
+                rows += sum(bag.values())
             self._buckets[fk] = bucket.get(fk, {}) if self.flat else bucket
             self._set_size(fk, rows)
         else:
@@ -313,9 +311,7 @@ class State:
     def _apply(self, buckets: dict[Row, Bucket], fk_of: Callable[[Row], Row],
                deltas: list[tuple[Row, int]], applied: list[Row] | None
                ) -> dict[Row, list[tuple[Row, int]]]:
-        if len(deltas) > self._until_sample:
-            self._sample(deltas)
-        self._until_sample -= len(deltas)
+        self._sample(deltas, _stored_row_size)
         missed, rows, anomalies = bags.apply_deltas(
             buckets, self._sizes, deltas, fk_of,
             None if self.flat else self.index_key_of_row, self._dirty_ik, applied)
@@ -326,18 +322,24 @@ class State:
                          self.label, row, fk)
         return missed
 
-    def _sample(self, deltas: list[tuple[Row, int]]) -> None:
-        """Take the size of every SAMPLE_EVERY-th row of the stream into the state's mean
-        row size (rows inserted only: the mean is of rows the state stores, and a write
-        takes out old rows before it puts in new ones)."""
-        n, mean, last = self._samples, self._mean, 0
-        for last in range(self._until_sample, len(deltas), SAMPLE_EVERY):
-            row, sign = deltas[last]
-            if sign > 0:
-                n = min(n + 1, SAMPLE_WEIGHT)
-                mean += (row_size(row) - mean) / n
-        self._samples, self._mean = n, mean
-        self._until_sample = last + SAMPLE_EVERY  # the caller takes the rows off
+    def _sample(self, pairs: Collection[tuple[Any, Any]],
+                measure: Callable[[Any, Any], int | None]) -> None:
+        """Take every SAMPLE_EVERY-th of the rows or groups written (``pairs``, the next
+        part of the stream) into the state's mean size of one. ``measure`` gives its
+        bytes, or None for one not stored (a deletion, a group removed): the mean is of
+        what the state holds, and a write takes out old rows before it puts in new ones."""
+        start = self._until_sample
+        if len(pairs) > start:
+            n, mean, taken = self._samples, self._mean, 0
+            for a, b in islice(pairs, start, None, SAMPLE_EVERY):
+                taken += 1
+                size = measure(a, b)
+                if size is not None:
+                    n = min(n + 1, SAMPLE_WEIGHT)
+                    mean += (size - mean) / n
+            self._samples, self._mean = n, mean
+            start += taken * SAMPLE_EVERY
+        self._until_sample = start - len(pairs)
 
     @property
     def mean_item_size(self) -> int:
@@ -374,9 +376,8 @@ class State:
         entry's bytes, for the mean (one write in SAMPLE_EVERY)."""
         fk_of, buckets, sizes, dirty = (self.fill_key_of_index, self._buckets, self._sizes,
                                         self._dirty_ik)
-        if len(writes) > self._until_sample:
-            self._sample_entries(writes, size_of)
-        self._until_sample -= len(writes)
+        self._sample(writes.items(), lambda group, entry: None if entry is None
+                     else size_of(entry) + row_size(group))
         groups = 0
         for group, entry in writes.items():
             fk = fk_of(group)
@@ -392,19 +393,6 @@ class State:
                 sizes[fk] -= 1
                 groups -= 1
         self._total += groups
-
-    def _sample_entries(self, writes: dict[Row, Any], size_of: Callable[[Any], int]) -> None:
-        """Take every SAMPLE_EVERY-th entry written (not removed) into the mean size of a
-        group: its entry and its key."""
-        n, mean, last = self._samples, self._mean, 0
-        items = list(writes.items())
-        for last in range(self._until_sample, len(items), SAMPLE_EVERY):
-            group, entry = items[last]
-            if entry is not None:
-                n = min(n + 1, SAMPLE_WEIGHT)
-                mean += (size_of(entry) + row_size(group) - mean) / n
-        self._samples, self._mean = n, mean
-        self._until_sample = last + SAMPLE_EVERY  # the caller takes the writes off
 
     def entry(self, group: Row) -> Any | None:
         """A group's entry, or None when the group is absent or its key not filled."""
@@ -468,6 +456,11 @@ class State:
 
 def _same(key: Row) -> Row:
     return key
+
+
+def _stored_row_size(row: Row, sign: int) -> int | None:
+    """A written row's bytes, if it is stored (an insert); see ``State._sample``."""
+    return row_size(row) if sign > 0 else None
 
 
 class StateAccess:
