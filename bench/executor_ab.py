@@ -16,7 +16,11 @@ Workloads (every view key filled, so every row does real work):
 * ``visits``: DESIGN.md's example 1, ``max_visit`` (info JOIN visit, MAX per category),
   with 20k products, 1,000 categories and 200k stored visits, 1000-row writes;
 * ``nexmark``: Nexmark Q4's ``avg_winning`` (over ``winning``) and ``hot``, 2,000
-  auctions, 10,000-row writes of bids.
+  auctions, 10,000-row writes of bids;
+* ``whole``: a view read whole (no parameter: one reader key), bids counted per auction
+  over 100,000 auctions, 100-row writes: what publishing a big key costs per write;
+* ``subscribed``: the same, with a subscription to that key (the change of every write
+  sent): what streaming a big key's changes costs per write.
 
     python bench/executor_ab.py [--baseline REV] [--rounds 2] [--workloads visits,nexmark]
 
@@ -37,7 +41,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-WORKLOADS = {"visits": (1000, 45), "nexmark": (10_000, 15)}  # rows per write, writes
+# rows per write, writes
+WORKLOADS = {"visits": (1000, 45), "nexmark": (10_000, 15), "whole": (100, 300),
+             "subscribed": (100, 150)}
 
 
 def measure(root: Path, workload: str) -> float:
@@ -83,6 +89,16 @@ def _setup(h, workload: str, batch: int, rng: random.Random):  # type: ignore[no
         h.lookup("max_visit", [(f"c{i}",) for i in range(categories)])
         h.settle()
         return "visit", lambda: [visit() for _ in range(batch)]
+    if workload in ("whole", "subscribed"):
+        groups = 100_000
+        h.table("bid", [("auction", "BIGINT"), ("price", "DOUBLE")],
+                [(i, 1.0) for i in range(groups)])
+        h.view("per_auction", "SELECT auction, COUNT(*) AS bids FROM bid GROUP BY auction")
+        h.lookup("per_auction", [()])
+        if workload == "subscribed":  # its queue (150 batches) stays under the limit
+            h.df.subscribe("per_auction", [()])
+        h.settle()
+        return "bid", lambda: [(rng.randrange(groups), 2.0) for _ in range(batch)]
     auctions = 2_000
     h.table("auction", [("id", "BIGINT"), ("category", "BIGINT"), ("seller", "BIGINT"),
                         ("start_time", "BIGINT"), ("expires", "BIGINT")],

@@ -75,6 +75,22 @@ def apply_deltas(buckets: dict[Row, Any], counts: dict[Row, int], deltas: list[D
     return missed, rows, anomalies
 
 
+def log_changes(watched: dict[Row, Any], buckets: dict[Row, Any], deltas: list[Delta],
+                fk_of: Callable[[Row], Row]) -> None:
+    """Add each delta of a watched, filled key to its log (row -> net count; a None log
+    stays None), rows canonical as ``apply_deltas`` stores them."""
+    for row, sign in deltas:
+        fk = fk_of(row)
+        log = watched.get(fk)
+        if log is None or fk not in buckets:
+            continue
+        for v in row:
+            if v != v:
+                row = canonical_row(row)
+                break
+        log[row] += sign
+
+
 def listed(bag: dict[Row, int]) -> list[Row]:
     """A bag's rows, each repeated by its multiplicity."""
     if len(bag) == 1:  # the common case of a key index: one distinct row

@@ -7,6 +7,13 @@ left it at. The writer half (``publish``) changes published rows and the LSN onl
 ``version`` is odd; the reader half (``read``) takes a consistent copy by reading the
 version before and after and retrying if it was odd or moved.
 
+A key holding more than ``EAGER_ROWS`` rows is published *stale* instead: copying it
+after every packet that changes it would cost the executor O(key) per write (a view read
+whole, keyed by ``()``, with 100,000 groups: 4.7 ms per 100-row write). A read that meets
+a stale key takes the lock, reads the state (exact at the published LSN between packets)
+and leaves the copy it made published (``cache``) for the reads after it, until the key
+changes again: the copy is made once per change that is read, by the reader who needs it.
+
 Lock-free reads can't touch the executor's LRU or counters, so they log what they saw
 (``log_reads``) and the executor accounts for it under its lock (``drain_reads``).
 """
@@ -29,12 +36,30 @@ if TYPE_CHECKING:
 # every second or so and stalled reads for hundreds of milliseconds.
 ReadEntry = tuple["State", list[Row], bool]
 
+# Reader keys of up to this many rows are copied when they change; bigger ones are
+# published stale. The lock a stale read then takes costs about as much as copying a
+# few hundred rows, and the answer itself costs O(rows) to send anyway.
+EAGER_ROWS = 256
+
+
+class _Stale:
+    """The published value of a key whose rows were not copied (see module docstring)."""
+
+    def __repr__(self) -> str:
+        return "STALE"
+
+
+STALE = _Stale()
+
 
 class Publisher:
     def __init__(self, start_lsn: int) -> None:
         self.version = 0  # odd while the writer is changing what is published
         self.lsn = start_lsn  # the LSN the published rows are exact at
-        self._rows: dict[State, dict[Row, tuple[Row, ...]]] = {}
+        self._rows: dict[State, dict[Row, tuple[Row, ...] | _Stale]] = {}
+        # Stale keys published per state. Changed only under the executor's lock; a
+        # lock-free reader that sees 0 (before reading rows) needn't look for STALE.
+        self._stale: dict[State, int] = {}
         self._changed: dict[tuple[State, Row], None] = {}  # ordered (see executor)
         self._reads: deque[ReadEntry] = deque()  # appended by readers, drained by the executor
 
@@ -51,12 +76,21 @@ class Publisher:
         """Make this packet's reader changes visible, atomically with ``lsn``."""
         if self._changed:
             self.version += 1  # odd: readers retry
+            stale = self._stale
             for st, fk in self._changed:
                 rows = self._rows.setdefault(st, {})
-                if st.is_filled(fk):
-                    rows[fk] = tuple(st.bucket_rows(fk))
-                else:
+                was = rows.get(fk)
+                if not st.is_filled(fk):
                     rows.pop(fk, None)
+                    if was is STALE:
+                        stale[st] -= 1
+                elif st.item_count(fk) <= EAGER_ROWS:
+                    rows[fk] = tuple(st.bucket_rows(fk))
+                    if was is STALE:
+                        stale[st] -= 1
+                elif was is not STALE:
+                    rows[fk] = STALE
+                    stale[st] = stale.get(st, 0) + 1
             self._changed.clear()
             self.lsn = lsn
             self.version += 1
@@ -68,6 +102,7 @@ class Publisher:
         """A dropped reader: nothing of it stays published."""
         self.version += 1
         self._rows.pop(st, None)
+        self._stale.pop(st, None)
         self._changed = {(s, k): None for s, k in self._changed if s is not st}
         self.version += 1
 
@@ -75,8 +110,19 @@ class Publisher:
         """Nothing stays published (the dataflow is closing)."""
         self.version += 1
         self._rows.clear()
+        self._stale.clear()
         self._changed.clear()
         self.version += 1
+
+    def cache(self, st: State, fk: Row, rows: list[Row], lsn: int) -> None:
+        """A read under the executor's lock, between packets, found ``rows`` at ``fk``
+        exact at ``lsn``: if the key is published stale at that LSN, publish the copy.
+        (Same rows, same LSN: nothing a lock-free reader could see changes meaning, so
+        the version stays.)"""
+        table = self._rows.get(st)
+        if table is not None and lsn == self.lsn and table.get(fk) is STALE:
+            table[fk] = tuple(rows)
+            self._stale[st] -= 1
 
     def drain_reads(self) -> list[ReadEntry]:
         """What lock-free readers saw since the last drain (executor thread)."""
@@ -91,18 +137,22 @@ class Publisher:
         self, st: State, keys: list[Row]
     ) -> tuple[list[tuple[Row, ...] | None], int] | None:
         """The published rows of each key, in the order given (None: not filled), and the
-        one LSN they are exact at, or None if the writer kept changing them (take the lock
-        instead). One C-level pass (``map``): a lookup_many of thousands of keys spends
-        its server time here and in building the answer."""
+        one LSN they are exact at, or None if the writer kept changing them or a key is
+        stale (take the lock instead). One C-level pass (``map``): a lookup_many of
+        thousands of keys spends its server time here and in building the answer."""
         for _ in range(8):
             v1 = self.version
             if v1 & 1:
                 time.sleep(0)
                 continue
             lsn = self.lsn
+            # Read before the rows: a stale key appears only with a new version.
+            stale = self._stale.get(st, 0)
             got = list(map(self._rows.get(st, {}).get, keys))
             if self.version == v1:
-                return got, lsn
+                if stale and STALE in got:
+                    return None
+                return got, lsn  # type: ignore[return-value]  # no STALE in got
         return None
 
     def log_reads(self, st: State, keys: list[Row], hit: bool) -> None:

@@ -199,7 +199,11 @@ class Read:
                     if any(v is None for v in k):
                         self.results[k] = ([], lsn)
                     elif st.is_filled(k):
-                        self.results[k] = (st.bucket_rows(k), lsn)
+                        found = st.bucket_rows(k)
+                        self.results[k] = (found, lsn)
+                        # A big key published stale (publish.py): the reads after this
+                        # one, until it changes, need not take the lock.
+                        ex.publisher.cache(st, k, found, lsn)
                         ex.evictor.touch(st, k)
                         counters["hits"] += 1
                     else:
@@ -231,7 +235,9 @@ class Read:
             lsn = self.ex.applied_lsn
             for k in self.results:
                 if st.is_filled(k):
-                    self.results[k] = (st.bucket_rows(k), lsn)
+                    rows = st.bucket_rows(k)
+                    self.results[k] = (rows, lsn)
+                    self.ex.publisher.cache(st, k, rows, lsn)
                 elif any(v is None for v in k):
                     self.results[k] = ([], lsn)
                 elif st.is_blocked(k) and self.results[k][1] >= self.floor:

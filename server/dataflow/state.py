@@ -16,6 +16,7 @@ under its lock; nothing outside this module touches the dicts.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from itertools import islice
@@ -105,6 +106,10 @@ class State:
     _dirty_ik: set[Row] | None = field(default=None, repr=False)
     # Not yet captured since it was created: its next capture starts from nothing.
     fresh: bool = True
+    # Keys a subscription watches (subscriptions.py): each one's net change of rows since
+    # ``take_watched``, or None when it must be compared whole (it moved: filled, blocked,
+    # evicted; or the state had an anomaly, whose negative count a read hides).
+    _watched: dict[Row, Counter[Row] | None] = field(default_factory=dict, repr=False)
     # -- keys (set in __post_init__) -------------------------------------------------
     # row -> its fill key; row -> its index key; index key (for a grouped state: group
     # key) -> its fill key.
@@ -229,6 +234,28 @@ class State:
     def _moved(self, fk: Row) -> None:
         if self._dirty_fk is not None:
             self._dirty_fk.add(fk)
+        if fk in self._watched:
+            self._watched[fk] = None
+
+    # -- subscribed keys -------------------------------------------------------------
+    def watch(self, fk: Row) -> None:
+        """Log the changes of rows key ``fk`` (compared whole at the first take)."""
+        self._watched[fk] = None
+
+    def unwatch(self, fk: Row) -> None:
+        self._watched.pop(fk, None)
+
+    def watched_keys(self) -> list[Row]:
+        return list(self._watched)
+
+    def take_watched(self, fk: Row) -> Counter[Row] | None:
+        """Watched ``fk``'s net change of rows since the last take (row -> count), or
+        None: compare it whole. The log starts again from here."""
+        if fk not in self._watched:
+            return None
+        change = self._watched[fk]
+        self._watched[fk] = Counter() if self.anomalies == 0 else None
+        return change
 
     # -- moving keys (executor thread only) ------------------------------------------
     def fill(self, fk: Row) -> Bucket:
@@ -312,12 +339,16 @@ class State:
                deltas: list[tuple[Row, int]], applied: list[Row] | None
                ) -> dict[Row, list[tuple[Row, int]]]:
         self._sample(deltas, _stored_row_size)
+        if self._watched:  # before the deltas go in: whether a key is filled decides
+            bags.log_changes(self._watched, buckets, deltas, fk_of)
         missed, rows, anomalies = bags.apply_deltas(
             buckets, self._sizes, deltas, fk_of,
             None if self.flat else self.index_key_of_row, self._dirty_ik, applied)
         self._total += rows
         for row, fk in anomalies:
             self.anomalies += 1
+            if fk in self._watched:
+                self._watched[fk] = None
             _log.warning("state %s: count of row %r fell below zero (fill key %r)",
                          self.label, row, fk)
         return missed
@@ -437,6 +468,10 @@ class State:
             parts = (bucket,) if self.flat else bucket.values()
             out[fk] = sum([n for bag in parts for n in bag.values()])
         return out
+
+    def item_count(self, fk: Row) -> int:
+        """A filled (or blocked) key's rows or groups, as kept; 0 for any other."""
+        return self._sizes.get(fk, 0)
 
     def item_counts(self) -> dict[Row, int]:
         """Each filled (or blocked) key's rows or groups, as kept."""

@@ -1,0 +1,122 @@
+"""Reader keys with many rows are published stale, not copied after every write.
+
+A view read whole (keyed by ``()``) holds its whole result in one key. Copying that key
+for lock-free readers after every packet that changed it cost O(view) per write, so such a
+key is published *stale* (publish.py): the first read after a change takes the lock and
+reads the state, and leaves its copy for the reads after it. What a user relies on: every
+answer stays exact at the LSN it reports (checked against the model's SQLite answer),
+however writes, reads, shrinking and eviction interleave; and what the change is for:
+a write no longer re-lists the big key (no JVM, stepped executor).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from stepped import Harness
+
+from partialflow.server.dataflow import publish
+from partialflow.server.dataflow.state import State
+
+WHOLE = "SELECT k, COUNT(*) AS n, SUM(v) AS total FROM t GROUP BY k"
+ROWS = "SELECT k, v FROM t WHERE k = ?"
+EAGER = 8  # keys of more rows than this are published stale in these tests
+
+
+@pytest.fixture
+def h(monkeypatch):
+    monkeypatch.setattr(publish, "EAGER_ROWS", EAGER)
+    h = Harness()
+    h.table("t", [("k", "BIGINT"), ("v", "BIGINT")], [(k, k) for k in range(20)])
+    h.view("whole", WHOLE)
+    h.view("rows", ROWS)
+    yield h
+    h.close()
+
+
+@pytest.fixture
+def listed(monkeypatch):
+    """How often each (state, key) was listed (State.bucket_rows), reset by the test."""
+    calls: Counter = Counter()
+    real = State.bucket_rows
+
+    def counting(self, fk):
+        calls[(self, fk)] += 1
+        return real(self, fk)
+
+    monkeypatch.setattr(State, "bucket_rows", counting)
+    return calls
+
+
+def _exact(h: Harness, view: str, key: tuple, answer: tuple[list, int]) -> int:
+    rows, lsn = answer
+    assert sorted(rows) == sorted(h.expected(view, key, lsn)), (view, key, lsn)
+    return lsn
+
+
+def test_writes_do_not_list_a_big_key_and_every_read_is_exact(h, listed):
+    whole = h.df._reader("whole").state
+    small = h.df._reader("rows").state
+    _exact(h, "whole", (), h.lookup("whole", [()])[0])
+    _exact(h, "rows", (3,), h.lookup("rows", [(3,)])[0])
+    h.settle()
+    for i in range(5):
+        listed.clear()
+        lsn = h.model.write("t", inserts=[(3, 100 + i), (30 + i, i)])  # a new group each time
+        h.run()
+        assert listed[(whole, ())] == 0, "a write re-listed the big key"
+        assert listed[(small, (3,))] == 1, "a small key is copied when it changes"
+        # The first read after the change takes the lock, and sees the write.
+        read = h.begin("whole", [()])
+        assert read.hit_rows is None
+        assert _exact(h, "whole", (), h.finish(read)[0]) == lsn
+        # The reads after it, until the next change, are lock-free hits of that copy.
+        listed.clear()
+        read = h.begin("whole", [()])
+        assert read.hit_rows is not None and listed[(whole, ())] == 0
+        assert _exact(h, "whole", (), h.finish(read)[0]) == lsn
+        # The small key never needs the lock.
+        read = h.begin("rows", [(3,)])
+        assert read.hit_rows is not None
+        assert _exact(h, "rows", (3,), h.finish(read)[0]) == lsn
+
+
+def test_a_big_key_unread_between_writes_is_read_exact_after_many(h, listed):
+    _exact(h, "whole", (), h.lookup("whole", [()])[0])
+    h.settle()
+    listed.clear()
+    lsn = 0
+    for i in range(10):  # nobody reads: nothing is listed, however many writes
+        lsn = h.model.write("t", inserts=[(i % 4, i)], deletes=[(10 + i, 10 + i)])
+        h.run()
+    assert not listed
+    assert _exact(h, "whole", (), h.lookup("whole", [()])[0]) == lsn
+
+
+def test_a_key_that_shrinks_is_copied_again_and_one_that_grows_goes_stale(h):
+    _exact(h, "whole", (), h.lookup("whole", [()])[0])
+    lsn = h.model.write("t", deletes=[(k, k) for k in range(EAGER, 20)])  # EAGER groups left
+    h.run()
+    read = h.begin("whole", [()])
+    assert read.hit_rows is not None, "small again: copied when it changed"
+    assert _exact(h, "whole", (), h.finish(read)[0]) == lsn
+    lsn = h.model.write("t", inserts=[(100, 1)])  # one group more than EAGER
+    h.run()
+    read = h.begin("whole", [()])
+    assert read.hit_rows is None, "big again: published stale"
+    assert _exact(h, "whole", (), h.finish(read)[0]) == lsn
+
+
+def test_an_evicted_stale_key_is_a_miss_and_refills_exact(h):
+    _exact(h, "whole", (), h.lookup("whole", [()])[0])
+    h.model.write("t", inserts=[(50, 5)])
+    h.run()  # published stale
+    assert h.df.evict("whole", ()) == 1
+    h.settle()
+    before = h.df.stats()["views"]["whole"]["misses"]
+    lsn = h.model.write("t", inserts=[(51, 5)])
+    h.run()
+    assert _exact(h, "whole", (), h.lookup("whole", [()])[0]) == lsn
+    assert h.df.stats()["views"]["whole"]["misses"] == before + 1
+    assert not h.check_states()
