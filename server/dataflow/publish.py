@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from itertools import groupby
+from operator import itemgetter
 from typing import TYPE_CHECKING
 
 from partialflow.operators.base import Row
@@ -76,21 +78,27 @@ class Publisher:
         """Make this packet's reader changes visible, atomically with ``lsn``."""
         if self._changed:
             self.version += 1  # odd: readers retry
-            stale = self._stale
-            for st, fk in self._changed:
+            # By state (a packet's changes mostly come a state at a time): this runs
+            # for every key a write changed, so the state's lookups are made once.
+            for st, changes in groupby(self._changed, key=itemgetter(0)):
                 rows = self._rows.setdefault(st, {})
-                was = rows.get(fk)
-                if not st.is_filled(fk):
-                    rows.pop(fk, None)
-                    if was is STALE:
-                        stale[st] -= 1
-                elif st.item_count(fk) <= EAGER_ROWS:
-                    rows[fk] = tuple(st.bucket_rows(fk))
-                    if was is STALE:
-                        stale[st] -= 1
-                elif was is not STALE:
-                    rows[fk] = STALE
-                    stale[st] = stale.get(st, 0) + 1
+                stale = self._stale.get(st, 0)
+                is_filled, copy = st.is_filled, st.copy_if_small
+                for _, fk in changes:
+                    if not is_filled(fk):
+                        if rows.pop(fk, None) is STALE:
+                            stale -= 1
+                        continue
+                    got = copy(fk, EAGER_ROWS)
+                    if got is None:  # too big to copy
+                        if rows.get(fk) is not STALE:
+                            rows[fk] = STALE
+                            stale += 1
+                        continue
+                    if stale and rows.get(fk) is STALE:
+                        stale -= 1
+                    rows[fk] = got
+                self._stale[st] = stale
             self._changed.clear()
             self.lsn = lsn
             self.version += 1

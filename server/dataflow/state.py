@@ -397,6 +397,14 @@ class State:
         bucket = self._buckets[fk]
         return bags.rows_of((bucket,) if self.flat else bucket.values())
 
+    def copy_if_small(self, fk: Row, most: int) -> tuple[Row, ...] | None:
+        """A filled rows key's rows as ``bucket_rows`` gives them, or None when it holds
+        more than ``most`` (publish.py: too big to copy at every change)."""
+        if self._sizes.get(fk, 0) > most:
+            return None
+        bucket = self._buckets[fk]
+        return tuple(bags.rows_of((bucket,) if self.flat else bucket.values()))
+
     # -- grouped states --------------------------------------------------------------
     def set_entry(self, fk: Row, group: Row, entry: Any) -> None:
         """Set (``entry`` None: remove) a group's entry in filled key ``fk``."""
@@ -468,10 +476,6 @@ class State:
             parts = (bucket,) if self.flat else bucket.values()
             out[fk] = sum([n for bag in parts for n in bag.values()])
         return out
-
-    def item_count(self, fk: Row) -> int:
-        """A filled (or blocked) key's rows or groups, as kept; 0 for any other."""
-        return self._sizes.get(fk, 0)
 
     def item_counts(self) -> dict[Row, int]:
         """Each filled (or blocked) key's rows or groups, as kept."""
