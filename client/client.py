@@ -10,25 +10,28 @@ own writes. Historical reads (``query(..., as_of=...)``) neither use nor raise t
 
 from __future__ import annotations
 
-import operator
 import threading
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from itertools import repeat
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import grpc
 
+from partialflow.client.answers import (
+    Result,
+    as_dict,
+    compact_dict,
+    results_of,
+    rows_of,
+    stats_dict,
+)
 from partialflow.client.errors import InvalidArgument, PartialflowError, error_from_rpc
+from partialflow.client.subscription import CaughtUp, Change, Heartbeat, Snapshot, Subscription
 from partialflow.proto import partialflow_pb2 as pb
 from partialflow.proto import partialflow_pb2_grpc as pb_grpc
 from partialflow.proto.values import (
-    WireError,
     add_rows,
-    decode_batch,
-    decode_rows,
-    decode_values,
     fill_batch,
     fill_columns,
     fill_key,
@@ -41,23 +44,6 @@ CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
 ]
-
-
-# slots: a lookup_many builds one Result per key, and a slotted instance is about a third
-# cheaper to create.
-@dataclass(slots=True)
-class Result:
-    """Rows with their column names and the LSN at which they are exact."""
-
-    rows: list[tuple] = field(default_factory=list)
-    columns: list[str] = field(default_factory=list)
-    lsn: int = 0
-
-    def __iter__(self):
-        return iter(self.rows)
-
-    def __len__(self) -> int:
-        return len(self.rows)
 
 
 @dataclass
@@ -78,132 +64,6 @@ class LoadResult:
 
     lsn: int
     rows: int
-
-
-@dataclass
-class Snapshot:
-    """The first event of a subscription: every key's rows (``rows[key]``) at ``lsn``."""
-
-    rows: dict[tuple, list[tuple]]
-    lsn: int
-    columns: list[str] = field(default_factory=list)
-
-
-@dataclass
-class Change:
-    """Rows of ``key`` inserted and deleted (bags) at ``lsn``; every subscribed key is
-    exact at ``lsn`` once all changes of that LSN are applied (they come together)."""
-
-    key: tuple
-    inserted: list[tuple]
-    deleted: list[tuple]
-    lsn: int
-
-
-@dataclass
-class Heartbeat:
-    """Nothing changed: every subscribed key's rows as rebuilt are exact at ``lsn``."""
-
-    lsn: int
-
-
-@dataclass
-class CaughtUp:
-    """After a resume (``from_lsn``): the changes just before this brought every key from
-    its rows at ``from_lsn`` to its rows at ``lsn`` (there may have been none)."""
-
-    lsn: int
-    columns: list[str] = field(default_factory=list)
-
-
-SubscriptionEvent = Snapshot | Change | Heartbeat | CaughtUp
-
-
-class Subscription:
-    """An open Subscribe stream: iterate it for events; ``close()`` (or leaving a ``with``
-    block, or dropping the iterator) cancels the stream. ``lsn`` is the last LSN at which
-    every key's rows as rebuilt from the events are exact: the one to resume from."""
-
-    def __init__(self, stream: Any, from_lsn: int | None = None) -> None:
-        self._stream = stream
-        self.lsn = from_lsn or 0  # a resumed stream's rows are exact at from_lsn until told more
-        self.columns: list[str] = []
-
-    def __iter__(self) -> Subscription:
-        return self
-
-    def __next__(self) -> SubscriptionEvent:
-        return next(self._events)
-
-    @property
-    def _events(self) -> Any:
-        gen = self.__dict__.get("_gen")
-        if gen is None:
-            gen = self.__dict__["_gen"] = self._run()
-        return gen
-
-    def _run(self) -> Any:
-        try:
-            for message in self._stream:
-                if message.columns:
-                    self.columns = list(message.columns)
-                kind, lsn = message.kind, message.lsn
-                if kind == pb.SubscribeEvent.SNAPSHOT:
-                    rows = {decode_values(c.key.values, "key"): decode_rows(c.inserted, "inserted")
-                            for c in message.changes}
-                    self.lsn = lsn
-                    yield Snapshot(rows, lsn, self.columns)
-                    continue
-                if kind == pb.SubscribeEvent.HEARTBEAT:
-                    self.lsn = lsn
-                    yield Heartbeat(lsn)
-                    continue
-                changes = [Change(decode_values(c.key.values, "key"),
-                                  decode_rows(c.inserted, "inserted"),
-                                  decode_rows(c.deleted, "deleted"), lsn)
-                           for c in message.changes]
-                self.lsn = lsn  # set before yielding: a batch is applied as a whole
-                yield from changes
-                if message.columns:  # the first batch of a resumed stream
-                    yield CaughtUp(lsn, self.columns)
-        except grpc.RpcError as err:
-            if err.code() == grpc.StatusCode.CANCELLED and self._closed:
-                return
-            error = error_from_rpc(err)
-            resume = _resume_lsn(err)
-            error.resume_lsn = resume if resume is not None else self.lsn  # type: ignore[attr-defined]
-            raise error from None
-        finally:
-            self._stream.cancel()
-
-    _closed = False
-
-    def close(self) -> None:
-        """Cancel the stream (the server unpins the keys)."""
-        self._closed = True
-        self._stream.cancel()
-
-    def __enter__(self) -> Subscription:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self._stream.cancel()
-        except Exception:  # noqa: BLE001 - interpreter shutdown
-            pass
-
-
-def _resume_lsn(err: Any) -> int | None:
-    try:
-        for k, v in err.trailing_metadata() or ():
-            if k == "resume-lsn":
-                return int(v)
-    except Exception:  # noqa: BLE001 - not a call error
-        return None
-    return None
 
 
 def _pem(tls_ca: str | bytes | Path) -> bytes:
@@ -253,84 +113,6 @@ def _add_scalar_keys(request: pb.LookupRequest, keys: list[Any]) -> None:
             fill_key(request.keys.add(), (key,))
     else:
         fill_columns(request.key_batch, [keys], len(keys))
-
-
-def _results_of(response: pb.LookupResponse, n: int) -> list[Result]:
-    """A lookup's columnar answer as one Result per key. The block is decoded a column at
-    a time (C loops over packed lists), then cut into keys by C-level passes (map over
-    slices): no Python code runs per key or per cell but the Results' own creation."""
-    offsets = list(response.offsets)
-    if len(offsets) != n:
-        raise WireError(f"the answer has {len(offsets)} offsets for {n} keys")
-    rows = decode_batch(response.rows, "rows")
-    columns = list(response.columns)
-    ends = [*offsets[1:], len(rows)] if n else []
-    if not all(map(operator.le, offsets, ends)):
-        raise WireError(f"the answer's offsets are not in order: {offsets}")
-    lsns: Iterable[int] = list(response.key_lsns) or repeat(response.lsn, n)
-    if isinstance(lsns, list) and len(lsns) != n:
-        raise WireError(f"the answer has {len(lsns)} LSNs for {n} keys")
-    if len(rows) == n and offsets == list(range(n)):
-        slices: Iterable[list[tuple]] = map(list, zip(rows))  # one row per key: [row]
-    else:
-        slices = map(rows.__getitem__, map(slice, offsets, ends))
-    return list(map(Result, slices, repeat(columns), lsns))
-
-
-def _rows_of(msg: Any) -> list[tuple]:
-    """The rows of a ResultSet, whichever form the server used."""
-    rows = decode_rows(msg.rows)
-    if msg.HasField("batch"):
-        rows.extend(decode_batch(msg.batch))
-    return rows
-
-
-def _as_dict(message: Any) -> dict[str, Any]:
-    """A typed answer (StatsResponse, CompactResponse and their parts) as plain Python:
-    every field by its proto name, maps as dicts, unset optional messages left out."""
-    out: dict[str, Any] = {}
-    for fd in message.DESCRIPTOR.fields:
-        value = getattr(message, fd.name)
-        if fd.message_type is None:
-            out[fd.name] = list(value) if fd.is_repeated else value
-        elif fd.message_type.GetOptions().map_entry:
-            entry = fd.message_type.fields_by_name["value"]
-            out[fd.name] = {
-                k: (_as_dict(v) if entry.message_type is not None else v) for k, v in value.items()
-            }
-        elif fd.is_repeated:
-            out[fd.name] = (
-                list(decode_values(value)) if fd.message_type.name == "Value"
-                else [_as_dict(v) for v in value]
-            )
-        elif fd.containing_oneof is None or message.HasField(fd.name):
-            # Only `optional` messages (a synthetic oneof) may be absent.
-            out[fd.name] = _as_dict(value)
-    return out
-
-
-def _stats_dict(message: pb.StatsResponse) -> dict[str, Any]:
-    """Stats in the shape this client has always returned: the executor's counters at
-    the top level next to the named figures, and no latency figures before the first."""
-    stats = _as_dict(message)
-    counters = stats.pop("counters")
-    stats.update((k, v) for k, v in counters.items() if k not in stats)
-    if not stats["upquery_ms"]["count"]:
-        stats["upquery_ms"] = {}
-    if not stats["memory_limit"]:
-        stats["memory_limit"] = None  # 0 on the wire means no limit
-    storage = stats.get("storage") or {}
-    if "clustering" in storage:  # table -> its columns, as the server keeps them
-        storage["clustering"] = {t: c["columns"] for t, c in storage["clustering"].items()}
-    return stats
-
-
-def _compact_dict(message: pb.CompactResponse) -> dict[str, Any]:
-    """Compaction figures: the totals at the top level, per table under ``tables``."""
-    report = _as_dict(message)
-    total = report.pop("total", {})
-    total.pop("horizon", None)  # only meaningful per table
-    return {**total, "tables": report["tables"]}
 
 
 class Client:
@@ -393,7 +175,7 @@ class Client:
 
     @staticmethod
     def _result(msg: pb.ResultSet) -> Result:
-        return Result(_rows_of(msg), list(msg.columns), msg.lsn)
+        return Result(rows_of(msg), list(msg.columns), msg.lsn)
 
     def close(self) -> None:
         """Close the channel; the client cannot be used afterwards."""
@@ -464,7 +246,7 @@ class Client:
         except (TypeError, ValueError) as err:
             raise InvalidArgument(f"lookup in {view}: {err}") from None
         response = self._call(self._stub.Lookup, request)
-        results = _results_of(response, len(scalars if scalars is not None else keys))
+        results = results_of(response, len(scalars if scalars is not None else keys))
         if results:
             self._raise_floor(response.lsn)
         return results
@@ -482,7 +264,7 @@ class Client:
         """Look up several keys in one round trip; the dict is keyed by the keys as given.
 
         The keys travel as one columnar batch and all their rows come back as one block,
-        decoded column by column (see ``_results_of``)."""
+        decoded column by column (see ``answers.results_of``)."""
         given = keys if type(keys) is list else list(keys)
         types = set(map(type, given))
         if types <= _SCALARS:  # one-parameter keys as values: no tuple per key
@@ -518,7 +300,7 @@ class Client:
 
     def stats(self) -> dict:
         """Server statistics: per view counters under ``views``, plus ``lsn``, ``memory_limit``."""
-        return _stats_dict(self._call(self._stub.Stats, pb.StatsRequest()))
+        return stats_dict(self._call(self._stub.Stats, pb.StatsRequest()))
 
     def explain(self, view: str) -> tuple[str, str]:
         """The view's dataflow graph as (indented text tree, Graphviz DOT)."""
@@ -535,14 +317,14 @@ class Client:
         ``chain_files``. FailedPrecondition when the server runs without checkpoints.
         A first (full) checkpoint of a big state takes a while: hence its own deadline."""
         response = self._call(self._stub.Checkpoint, pb.CheckpointRequest(), timeout=timeout)
-        return _as_dict(response)
+        return as_dict(response)
 
     def compact(self, table: str | None = None) -> dict:
         """Compact one table's segments (or all tables'); returns what was done."""
         request = pb.CompactRequest()
         if table is not None:
             request.table = table
-        return _compact_dict(self._call(self._stub.Compact, request))
+        return compact_dict(self._call(self._stub.Compact, request))
 
     def load(
         self,

@@ -14,7 +14,7 @@ import pytest
 from oracle import check_results, norm
 
 from partialflow.client import InvalidArgument, NotFound
-from partialflow.client.client import _results_of
+from partialflow.client.answers import results_of as _results_of
 from partialflow.proto import partialflow_pb2 as pb
 from partialflow.proto import partialflow_pb2_grpc as pb_grpc
 from partialflow.server.app.answers import lookup_message
