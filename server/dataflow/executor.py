@@ -303,6 +303,7 @@ class Executor:
             # A key read again and again since the last packet is touched once, where it
             # was last read (dict.fromkeys keeps first occurrences: hence the reversals).
             self.evictor.touch_many(st, list(dict.fromkeys(reversed(keys)))[::-1])
+            self.publisher.read_lately(st, keys)
 
     # -- what the fill coordinator needs (FillHost) ------------------------------------
     def changed(self, st: State, fk: Row) -> None:

@@ -13,6 +13,10 @@ whole, keyed by ``()``, with 100,000 groups: 4.7 ms per 100-row write). A read t
 a stale key takes the lock, reads the state (exact at the published LSN between packets)
 and leaves the copy it made published (``cache``) for the reads after it, until the key
 changes again: the copy is made once per change that is read, by the reader who needs it.
+A big key read lock-free since the last packet is copied when it changes, as a small
+one is: its readers are at it, and would otherwise queue for the lock after every
+write (4 readers of 5,000 rows under 200 writes/s: read p99 16-20 ms, against 12 ms
+copied; with this rule none of them took the lock, and p99 was 13-14 ms).
 
 Lock-free reads can't touch the executor's LRU or counters, so they log what they saw
 (``log_reads``) and the executor accounts for it under its lock (``drain_reads``).
@@ -62,6 +66,9 @@ class Publisher:
         # Stale keys published per state. Changed only under the executor's lock; a
         # lock-free reader that sees 0 (before reading rows) needn't look for STALE.
         self._stale: dict[State, int] = {}
+        # Keys read lock-free since the last packet (``read_lately``): a big key among
+        # them is copied when it changes, as its readers keep reading it.
+        self._read: dict[State, set[Row]] = {}
         self._changed: dict[tuple[State, Row], None] = {}  # ordered (see executor)
         self._reads: deque[ReadEntry] = deque()  # appended by readers, drained by the executor
 
@@ -84,17 +91,21 @@ class Publisher:
                 rows = self._rows.setdefault(st, {})
                 stale = self._stale.get(st, 0)
                 is_filled, copy = st.is_filled, st.copy_if_small
+                read = self._read.get(st, ())
                 for _, fk in changes:
                     if not is_filled(fk):
                         if rows.pop(fk, None) is STALE:
                             stale -= 1
                         continue
                     got = copy(fk, EAGER_ROWS)
-                    if got is None:  # too big to copy
-                        if rows.get(fk) is not STALE:
-                            rows[fk] = STALE
-                            stale += 1
-                        continue
+                    if got is None:  # big
+                        if fk in read:  # read since it last changed: readers are at it
+                            got = tuple(st.bucket_rows(fk))
+                        else:
+                            if rows.get(fk) is not STALE:
+                                rows[fk] = STALE
+                                stale += 1
+                            continue
                     if stale and rows.get(fk) is STALE:
                         stale -= 1
                     rows[fk] = got
@@ -105,12 +116,16 @@ class Publisher:
         else:
             # No reader rows changed: the published rows are exact at the new LSN too.
             self.lsn = lsn
+        # Read since the last packet, not since each key's last change: a key its readers
+        # are at is read between packets, and the set stays as small as one packet's reads.
+        self._read.clear()
 
     def forget(self, st: State) -> None:
         """A dropped reader: nothing of it stays published."""
         self.version += 1
         self._rows.pop(st, None)
         self._stale.pop(st, None)
+        self._read.pop(st, None)
         self._changed = {(s, k): None for s, k in self._changed if s is not st}
         self.version += 1
 
@@ -119,8 +134,13 @@ class Publisher:
         self.version += 1
         self._rows.clear()
         self._stale.clear()
+        self._read.clear()
         self._changed.clear()
         self.version += 1
+
+    def read_lately(self, st: State, keys: list[Row]) -> None:
+        """Lock-free reads hit ``keys`` (the executor, draining the reads' log)."""
+        self._read.setdefault(st, set()).update(keys)
 
     def cache(self, st: State, fk: Row, rows: list[Row], lsn: int) -> None:
         """A read under the executor's lock, between packets, found ``rows`` at ``fk``
