@@ -82,13 +82,8 @@ def log_changes(watched: dict[Row, Any], buckets: dict[Row, Any], deltas: list[D
     for row, sign in deltas:
         fk = fk_of(row)
         log = watched.get(fk)
-        if log is None or fk not in buckets:
-            continue
-        for v in row:
-            if v != v:
-                row = canonical_row(row)
-                break
-        log[row] += sign
+        if log is not None and fk in buckets:
+            log[canonical_row(row)] += sign
 
 
 def listed(bag: dict[Row, int]) -> list[Row]:

@@ -98,14 +98,13 @@ class Publisher:
                             stale -= 1
                         continue
                     got = copy(fk, EAGER_ROWS)
-                    if got is None:  # big
-                        if fk in read:  # read since it last changed: readers are at it
-                            got = tuple(st.bucket_rows(fk))
-                        else:
-                            if rows.get(fk) is not STALE:
-                                rows[fk] = STALE
-                                stale += 1
-                            continue
+                    if got is None and fk in read:  # big, but its readers are at it
+                        got = tuple(st.bucket_rows(fk))
+                    if got is None:  # big, and nobody read it since the last packet
+                        if rows.get(fk) is not STALE:
+                            rows[fk] = STALE
+                            stale += 1
+                        continue
                     if stale and rows.get(fk) is STALE:
                         stale -= 1
                     rows[fk] = got

@@ -283,6 +283,11 @@ def present(plan: ViewPlan, rows: list[Row]) -> list[Row]:
         rows.sort(key=lambda r: (r[pos] is not None, r[pos]), reverse=desc)
     if plan.limit is not None:
         rows = rows[: plan.limit]
+    return visible(plan, rows)
+
+
+def visible(plan: ViewPlan, rows: list[Row]) -> list[Row]:
+    """Rows without the view's hidden columns (``present``'s last step)."""
     vis = plan.visible
     if len(vis) == len(rows[0]) if rows else True:
         return rows

@@ -402,8 +402,7 @@ class State:
         more than ``most`` (publish.py: too big to copy at every change)."""
         if self._sizes.get(fk, 0) > most:
             return None
-        bucket = self._buckets[fk]
-        return tuple(bags.rows_of((bucket,) if self.flat else bucket.values()))
+        return tuple(self.bucket_rows(fk))
 
     # -- grouped states --------------------------------------------------------------
     def set_entry(self, fk: Row, group: Row, entry: Any) -> None:

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING
 
 from partialflow.operators.base import Row
 from partialflow.server.dataflow.fill import Waiter
-from partialflow.server.dataflow.reads import present
+from partialflow.server.dataflow.reads import present, visible
 from partialflow.server.dataflow.state import BUCKET_OVERHEAD
 from partialflow.server.errors import PartialflowError, ResourceExhausted, Unavailable
 from partialflow.server.verifier import oracle_sql
@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from partialflow.server.dataflow.executor import Executor
     from partialflow.server.dataflow.graph import Reader
     from partialflow.server.dataflow.state import State
+    from partialflow.server.sql.planner import ViewPlan
 
 log = logging.getLogger("partialflow.subscriptions")
 
@@ -403,8 +404,7 @@ class SubscriptionManager:
             if change is _NONE:
                 continue  # no row of it changed (every change of a watched key is logged)
             if by_log and change is not None:
-                inserted, deleted = _apply_change(sub.sent[k], change,  # type: ignore[arg-type]
-                                                  plan.visible)
+                inserted, deleted = _apply_change(sub.sent[k], change, plan)  # type: ignore[arg-type]
                 if inserted or deleted:
                     out.append((k, inserted, deleted))
                 continue
@@ -422,15 +422,15 @@ class SubscriptionManager:
 _NONE = object()  # no change pending for a key
 
 
-def _apply_change(sent: Bag, change: Counter[Row], visible: tuple[int, ...]
+def _apply_change(sent: Bag, change: Counter[Row], plan: ViewPlan
                   ) -> tuple[list[Row], list[Row]]:
     """Apply a key's logged change of stored rows to the rows sent for it; returns
     (inserted, deleted) as presented. (No count falls below zero: a state with an
     anomaly, a negative count, logs nothing, and its keys are compared whole.)"""
+    stored = list(change)
     net: Counter[Row] = Counter()
-    for row, n in change.items():
-        if n:  # hidden columns dropped as ``present`` drops them
-            net[row if len(visible) == len(row) else tuple([row[i] for i in visible])] += n
+    for row, shown in zip(stored, visible(plan, stored), strict=True):
+        net[shown] += change[row]
     inserted: list[Row] = []
     deleted: list[Row] = []
     for row, n in net.items():

@@ -39,23 +39,16 @@ def h(monkeypatch):
 
 @pytest.fixture
 def listed(monkeypatch):
-    """How often each (state, key) was listed (State.bucket_rows, or copy_if_small when
-    it copied), reset by the test."""
+    """How often each (state, key) was listed (State.bucket_rows: copy_if_small lists
+    through it too), reset by the test."""
     calls: Counter = Counter()
-    rows, copy = State.bucket_rows, State.copy_if_small
+    rows = State.bucket_rows
 
     def counting_rows(self, fk):
         calls[(self, fk)] += 1
         return rows(self, fk)
 
-    def counting_copy(self, fk, most):
-        got = copy(self, fk, most)
-        if got is not None:
-            calls[(self, fk)] += 1
-        return got
-
     monkeypatch.setattr(State, "bucket_rows", counting_rows)
-    monkeypatch.setattr(State, "copy_if_small", counting_copy)
     return calls
 
 
