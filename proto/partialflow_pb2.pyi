@@ -385,7 +385,7 @@ class CheckpointStats(_message.Message):
     def __init__(self, enabled: _Optional[bool] = ..., interval_s: _Optional[float] = ..., taken: _Optional[int] = ..., failed: _Optional[int] = ..., last_error: _Optional[str] = ..., compactions: _Optional[int] = ..., last_seq: _Optional[int] = ..., last_lsn: _Optional[int] = ..., last_kind: _Optional[str] = ..., last_bytes: _Optional[int] = ..., last_duration_s: _Optional[float] = ..., last_age_s: _Optional[float] = ..., chain_files: _Optional[int] = ..., chain_bytes: _Optional[int] = ..., recovered_from: _Optional[int] = ..., recovered_lsn: _Optional[int] = ..., recovered_keys: _Optional[int] = ..., replayed_writes: _Optional[int] = ..., cold_views: _Optional[_Iterable[str]] = ..., recovery_s: _Optional[float] = ...) -> None: ...
 
 class StatsResponse(_message.Message):
-    __slots__ = ("lsn", "applied_lsn", "memory_limit", "memory_bytes", "partial_bytes", "full_bytes", "views", "upquery_ms", "spark_jobs", "state_anomalies", "counters", "storage", "writes", "verifier", "checkpoint", "upquery_scan")
+    __slots__ = ("lsn", "applied_lsn", "memory_limit", "memory_bytes", "partial_bytes", "full_bytes", "views", "upquery_ms", "spark_jobs", "state_anomalies", "counters", "storage", "writes", "verifier", "checkpoint", "upquery_scan", "spark")
     class ViewsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -416,6 +416,7 @@ class StatsResponse(_message.Message):
     VERIFIER_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
     UPQUERY_SCAN_FIELD_NUMBER: _ClassVar[int]
+    SPARK_FIELD_NUMBER: _ClassVar[int]
     lsn: int
     applied_lsn: int
     memory_limit: int
@@ -432,7 +433,40 @@ class StatsResponse(_message.Message):
     verifier: VerifierStats
     checkpoint: CheckpointStats
     upquery_scan: UpqueryScanStats
-    def __init__(self, lsn: _Optional[int] = ..., applied_lsn: _Optional[int] = ..., memory_limit: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., partial_bytes: _Optional[int] = ..., full_bytes: _Optional[int] = ..., views: _Optional[_Mapping[str, ViewStats]] = ..., upquery_ms: _Optional[_Union[Percentiles, _Mapping]] = ..., spark_jobs: _Optional[int] = ..., state_anomalies: _Optional[int] = ..., counters: _Optional[_Mapping[str, int]] = ..., storage: _Optional[_Union[StorageStats, _Mapping]] = ..., writes: _Optional[_Union[WriteStats, _Mapping]] = ..., verifier: _Optional[_Union[VerifierStats, _Mapping]] = ..., checkpoint: _Optional[_Union[CheckpointStats, _Mapping]] = ..., upquery_scan: _Optional[_Union[UpqueryScanStats, _Mapping]] = ...) -> None: ...
+    spark: SparkStats
+    def __init__(self, lsn: _Optional[int] = ..., applied_lsn: _Optional[int] = ..., memory_limit: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., partial_bytes: _Optional[int] = ..., full_bytes: _Optional[int] = ..., views: _Optional[_Mapping[str, ViewStats]] = ..., upquery_ms: _Optional[_Union[Percentiles, _Mapping]] = ..., spark_jobs: _Optional[int] = ..., state_anomalies: _Optional[int] = ..., counters: _Optional[_Mapping[str, int]] = ..., storage: _Optional[_Union[StorageStats, _Mapping]] = ..., writes: _Optional[_Union[WriteStats, _Mapping]] = ..., verifier: _Optional[_Union[VerifierStats, _Mapping]] = ..., checkpoint: _Optional[_Union[CheckpointStats, _Mapping]] = ..., upquery_scan: _Optional[_Union[UpqueryScanStats, _Mapping]] = ..., spark: _Optional[_Union[SparkStats, _Mapping]] = ...) -> None: ...
+
+class SparkStats(_message.Message):
+    __slots__ = ("master", "up", "down_since", "down_seconds", "down_reason", "restarts", "restart_failures", "generation", "last_outage")
+    MASTER_FIELD_NUMBER: _ClassVar[int]
+    UP_FIELD_NUMBER: _ClassVar[int]
+    DOWN_SINCE_FIELD_NUMBER: _ClassVar[int]
+    DOWN_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    DOWN_REASON_FIELD_NUMBER: _ClassVar[int]
+    RESTARTS_FIELD_NUMBER: _ClassVar[int]
+    RESTART_FAILURES_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    LAST_OUTAGE_FIELD_NUMBER: _ClassVar[int]
+    master: str
+    up: bool
+    down_since: str
+    down_seconds: float
+    down_reason: str
+    restarts: int
+    restart_failures: int
+    generation: int
+    last_outage: SparkOutage
+    def __init__(self, master: _Optional[str] = ..., up: _Optional[bool] = ..., down_since: _Optional[str] = ..., down_seconds: _Optional[float] = ..., down_reason: _Optional[str] = ..., restarts: _Optional[int] = ..., restart_failures: _Optional[int] = ..., generation: _Optional[int] = ..., last_outage: _Optional[_Union[SparkOutage, _Mapping]] = ...) -> None: ...
+
+class SparkOutage(_message.Message):
+    __slots__ = ("since", "seconds", "reason")
+    SINCE_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    since: str
+    seconds: float
+    reason: str
+    def __init__(self, since: _Optional[str] = ..., seconds: _Optional[float] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class ExplainRequest(_message.Message):
     __slots__ = ("view",)

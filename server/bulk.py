@@ -33,7 +33,9 @@ from partialflow.server.errors import (
     FailedPrecondition,
     InvalidArgument,
     NotFound,
+    Unavailable,
 )
+from partialflow.server.spark_supervisor import generation_of, spark_failure
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +153,7 @@ def fingerprint(spark: Any, table: str, path: str) -> Fingerprint:
         size = fs.getContentSummary(hpath).getLength()
         mtime = fs.getFileStatus(hpath).getModificationTime() * 1_000_000
         return Fingerprint(table, path, int(size), int(mtime))
-    except NotFound:
+    except (NotFound, Unavailable):  # Unavailable: Spark is down, the load cannot run
         raise
     except Exception as err:  # noqa: BLE001 - any FileSystem failure: fall back
         log.warning("cannot fingerprint %s (%s); restart protection uses the path only", path, err)
@@ -242,12 +244,13 @@ class BulkLoader:
         if not path:
             raise InvalidArgument("load: a path is required")
         schema = self.storage.table(table)  # NotFound names the known tables
+        generation = generation_of(self.spark)  # the Spark session the load runs on
         fp = fingerprint(self.spark, schema.name, path)
         with self._lock:
             self._refuse_reload(fp, force)
         spark_path = fp.path if _is_local(path) else path
-        frame = self._frame(schema, spark_path, fmt, header, options or {})
-        arrow = yield from self._scan(frame, schema.name)
+        frame = self._frame(schema, spark_path, fmt, header, options or {}, generation)
+        arrow = yield from self._scan(frame, schema.name, generation)
         rows = yield from self._convert(arrow)
         if not active():
             log.info("load cancelled before its write", extra={"table": schema.name})
@@ -307,7 +310,8 @@ class BulkLoader:
             )
 
     def _frame(
-        self, schema: Any, path: str, fmt: str, header: bool, options: Mapping[str, str]
+        self, schema: Any, path: str, fmt: str, header: bool, options: Mapping[str, str],
+        generation: int = 0,
     ) -> Any:
         """A DataFrame of the file with the table's columns, in its order and types."""
         from pyspark.sql import functions as F
@@ -323,6 +327,10 @@ class BulkLoader:
         except (InvalidArgument, NotFound):
             raise
         except Exception as err:  # noqa: BLE001 - a Spark read error, reported below
+            # Unless Spark itself is down: then it is no fault of the file (retry later).
+            down = spark_failure(self.spark, err, generation)
+            if down is not None:
+                raise down from None
             raise InvalidArgument(f"cannot read {path} as {fmt}: {_spark_message(err)}") from None
         return frame.select(
             [F.col(f"`{name}`").cast(_SPARK_NAMES[ctype]).alias(name) for name, ctype in columns]
@@ -352,7 +360,8 @@ class BulkLoader:
             .csv(path)
         )
 
-    def _scan(self, frame: Any, table: str) -> Generator[Progress, None, Any]:
+    def _scan(self, frame: Any, table: str, generation: int = 0
+              ) -> Generator[Progress, None, Any]:
         """Run the Spark job in a thread, reporting task progress; returns an Arrow table."""
         group = f"partialflow-load-{uuid.uuid4().hex[:12]}"
         box: dict[str, Any] = {}
@@ -383,6 +392,9 @@ class BulkLoader:
             raise
         if "error" in box:
             err = box["error"]
+            down = spark_failure(self.spark, err, generation)
+            if down is not None:
+                raise down from None
             raise InvalidArgument(f"cannot load into {table}: {_spark_message(err)}") from None
         return box["arrow"]
 

@@ -32,6 +32,7 @@ from partialflow.server.errors import (
     OutOfRange,
     Unavailable,
 )
+from partialflow.server.spark_supervisor import SparkSupervisor, supervised
 from partialflow.server.sql.refusals import refuse_constructs
 from partialflow.server.statements import (
     literal_value,
@@ -73,7 +74,10 @@ class Engine:
 
     def __init__(self, config: Config, spark: Any) -> None:
         self.config = config
-        self.spark = spark
+        # Everything below holds the supervisor, never a session: when the Spark driver
+        # dies the supervisor replaces the session under them (spark_supervisor.py).
+        self.spark: SparkSupervisor = supervised(spark, config.spark_master, config.spark_conf)
+        spark = self.spark
         # Checkpoints first: storage must keep the log from the oldest one kept, and its
         # background threads start in open().
         path = config.checkpoint_path
@@ -126,6 +130,7 @@ class Engine:
                 self.checkpoints.close()
             self.storage.close()
             raise
+        self.spark.start()  # the watchdog
         # Write throughput for stats and metrics: storage counts LSNs, not rows.
         self._writes: Counter[str] = Counter()
         self._writes_lock = threading.Lock()
@@ -136,6 +141,7 @@ class Engine:
         if self._closed:
             return
         self._closed = True
+        self.spark.close()  # stops the watchdog; the session stays its owner's
         try:
             if self.verifier is not None:
                 self.verifier.close()
@@ -440,7 +446,8 @@ class Engine:
 
     def stats(self) -> dict:
         """Dataflow statistics (per view under ``views``) plus ``lsn``, ``applied_lsn``,
-        ``memory_limit``, ``storage`` and ``writes`` (writes, rows, bulk loads)."""
+        ``memory_limit``, ``storage``, ``writes`` (writes, rows, bulk loads) and ``spark``
+        (up or down since when, restarts: ``SparkSupervisor.stats``)."""
         result: dict[str, Any] = {"views": {}}
         if self.dataflow is not None:
             result.update(self.dataflow.stats())
@@ -453,4 +460,5 @@ class Engine:
             result["writes"] = dict(self._writes)
         if self.verifier is not None:
             result["verifier"] = self.verifier.stats()
+        result["spark"] = self.spark.stats()
         return result

@@ -27,7 +27,7 @@ from typing import Any, cast
 
 from sqlglot import exp
 
-from partialflow.server.errors import InvalidArgument, NotFound
+from partialflow.server.errors import InvalidArgument, NotFound, Unavailable
 from partialflow.server.sql.parse import parse_tree
 
 log = logging.getLogger("partialflow.verifier")
@@ -181,8 +181,9 @@ class Verifier:
             if sql is None:
                 return "skipped"  # dropped since it was read
             _, want, _ = self.storage.query(oracle_sql(sql, key, self.view_sql), as_of=lsn)
-        except (InvalidArgument, NotFound) as err:
-            # e.g. the LSN fell behind the retention horizon, or a table was dropped.
+        except (InvalidArgument, NotFound, Unavailable) as err:
+            # e.g. the LSN fell behind the retention horizon, a table was dropped, or
+            # Spark is down and being restarted (no verdict on the read either way).
             log.debug("verifier skipped %s %r at LSN %d: %s", view, key, lsn, err)
             return "skipped"
         except Exception as err:  # noqa: BLE001 - a Spark failure is no verdict on the read

@@ -111,6 +111,10 @@ def stats_message(stats: Mapping[str, Any]) -> pb.StatsResponse:
     checkpoint = stats.get("checkpoint")
     if checkpoint is not None:
         _scalars(out.checkpoint, checkpoint)
+    spark = stats.get("spark") or {}
+    _scalars(out.spark, spark)
+    if spark.get("last_outage"):
+        _scalars(out.spark.last_outage, spark["last_outage"])
     for name, value in stats.items():
         # bool is an int too, but no counter is a flag; floats are not counters.
         if name not in _OWN_FIELDS and type(value) is int:

@@ -21,7 +21,12 @@ from partialflow.server.app.auth import TokenAuthInterceptor, server_credentials
 from partialflow.server.app.logs import setup_logging
 from partialflow.server.app.metrics import Metrics
 from partialflow.server.app.service import SERVICE_NAME, PartialflowServicer, add_to_server
-from partialflow.server.app.standard import HealthServicer, add_health, add_reflection
+from partialflow.server.app.standard import (
+    HealthServicer,
+    add_health,
+    add_reflection,
+    watch_spark,
+)
 from partialflow.server.app.testhooks import add_test_hooks
 from partialflow.server.config import Config
 from partialflow.server.engine import Engine
@@ -120,9 +125,10 @@ def create_server(
     try:
         if engine is None:
             if spark is None:
-                from partialflow.server.spark import spark_session
+                from partialflow.server.spark_supervisor import SparkSupervisor
 
-                spark = spark_session(config.spark_master, conf=config.spark_conf)
+                # Replaced with the same master and settings if the driver dies.
+                spark = SparkSupervisor(config.spark_master, config.spark_conf)
             engine = Engine(config, spark)
         # Each Subscribe stream holds a handler thread while open: at most half of them, so
         # other calls (and health checks) always find one.
@@ -138,6 +144,7 @@ def create_server(
             )
         for service in ("", SERVICE_NAME):
             checker.set(service, health_pb2.HealthCheckResponse.SERVING)
+        watch_spark(checker, engine, SERVICE_NAME)
     except BaseException:
         server.stop(None)
         if metrics is not None:

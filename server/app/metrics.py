@@ -102,6 +102,26 @@ class EngineCollector(Collector):
         yield from self._dataflow(stats)
         yield from self._verifier(stats.get("verifier") or {})
         yield from self._checkpoint(stats.get("checkpoint") or {})
+        yield from self._spark(stats.get("spark") or {})
+
+    def _spark(self, spark: dict) -> Iterator[Metric]:
+        """The Spark driver's state (spark_supervisor.py): alert on partialflow_spark_up
+        being 0 for longer than a restart takes."""
+        if "up" not in spark:
+            return
+        yield GaugeMetricFamily(
+            "partialflow_spark_up",
+            "1 while a live Spark session serves misses, query() and loads; 0 while it is "
+            "being restarted.",
+            value=1.0 if spark["up"] else 0.0,
+        )
+        yield from _gauge("partialflow_spark_down_seconds",
+                          "Seconds Spark has been down (0 while up).", spark.get("down_seconds"))
+        yield from _counter("partialflow_spark_restarts",
+                            "Spark sessions rebuilt after the driver died.", spark.get("restarts"))
+        yield from _counter("partialflow_spark_restart_failures",
+                            "Attempts to rebuild the Spark session that failed.",
+                            spark.get("restart_failures"))
 
     def _views(self, views: dict) -> Iterator[Metric]:
         for key, (name, doc) in _VIEW_COUNTERS.items():

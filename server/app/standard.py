@@ -46,6 +46,29 @@ def add_health(server: grpc.Server) -> HealthServicer:
     return checker
 
 
+def watch_spark(checker: HealthServicer, engine: Any, service: str) -> None:
+    """Report ``service`` (``partialflow.v1.Partialflow``) NOT_SERVING while the
+    engine's Spark is down, SERVING again once it is back.
+
+    Only the service's own name flips: a miss, ``query()``, a load or a compaction need
+    Spark, so a readiness check (or a load balancer) should stop sending reads here while it
+    is restarted. The server's overall status (the empty name) stays SERVING: the process is
+    alive, serves hits and writes, and replaces Spark by itself, so a liveness check must
+    not restart it for that. Once the server shuts down (``enter_graceful_shutdown``) the
+    health servicer ignores these updates.
+    """
+    spark = getattr(engine, "spark", None)
+    if spark is None or not hasattr(spark, "add_listener"):
+        return  # an engine without a supervised Spark (a test's fake)
+    def changed(up: bool) -> None:
+        checker.set(service, health_pb2.HealthCheckResponse.SERVING if up
+                    else health_pb2.HealthCheckResponse.NOT_SERVING)
+
+    spark.add_listener(changed)
+    if not spark.up:  # went down between the engine's start and now
+        changed(False)
+
+
 def add_reflection(server: grpc.Server, service_names: Iterable[str]) -> None:
     """Serve reflection for ``service_names`` (plus health and reflection itself) under
     both ``grpc.reflection.v1`` and ``grpc.reflection.v1alpha``."""

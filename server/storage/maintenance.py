@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from partialflow.server.spark_supervisor import spark_guard
 from partialflow.server.storage.catalog import Catalog, SegmentMeta, TableEntry, TableManifest
 from partialflow.server.storage.segments import entries_to_table, spark_compact, write_segment
 
@@ -184,8 +185,9 @@ def compact_table(st: Storage, entry: TableEntry, *, tiered: bool = False) -> di
             resort = len(segs) == 1 and bool(cluster_by) and segs[0].sorted_by != cluster_by
             if not segs or (len(segs) == 1 and horizon == tm.horizon and not resort):
                 return _figures(len(segs), len(segs), rows_before, rows_before, tm.horizon, t0)
-            new = spark_compact(st.spark, entry.schema, table_dir, segs, horizon,
-                                cluster_by=cluster_by, row_group_rows=st.row_group_rows)
+            with spark_guard(st.spark):  # Spark down: SparkDown, retried by the caller
+                new = spark_compact(st.spark, entry.schema, table_dir, segs, horizon,
+                                    cluster_by=cluster_by, row_group_rows=st.row_group_rows)
             with st._manifest_lock:
                 with st._lock:
                     alive = entry.id in st._live

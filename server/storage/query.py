@@ -17,6 +17,7 @@ from pyspark.errors import AnalysisException
 from sqlglot import exp
 
 from partialflow.server.errors import InvalidArgument, NotFound
+from partialflow.server.spark_supervisor import spark_guard
 from partialflow.server.sql.parse import parse_statements
 
 if TYPE_CHECKING:
@@ -99,22 +100,28 @@ def run_query(snapshot: Snapshot, sql: str) -> tuple[list[str], list[tuple[Any, 
             t.set("alias", exp.TableAlias(this=exp.to_identifier(name)))
     rewritten = _float_as_double(tree).sql(dialect="spark")
     registered: list[str] = []
-    try:
-        for low, view in views.items():
-            snapshot.table_df(low).createOrReplaceTempView(view)
-            registered.append(view)
+    # A Spark that died (or was replaced) under the query: SparkDown, never a Py4J or
+    # connection error (spark_supervisor).
+    with spark_guard(spark) as session:
         try:
-            df = spark.sql(rewritten)
-            columns = list(df.columns)
-            table = df.toArrow()
-        except AnalysisException as e:
-            msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             for low, view in views.items():
-                msg = msg.replace(view, low)
-            raise InvalidArgument(msg) from None
-    finally:
-        for view in registered:
-            spark.catalog.dropTempView(view)
+                snapshot.table_df(low).createOrReplaceTempView(view)
+                registered.append(view)
+            try:
+                df = session.sql(rewritten)
+                columns = list(df.columns)
+                table = df.toArrow()
+            except AnalysisException as e:
+                msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                for low, view in views.items():
+                    msg = msg.replace(view, low)
+                raise InvalidArgument(msg) from None
+        finally:
+            for view in registered:
+                try:
+                    session.catalog.dropTempView(view)
+                except Exception:  # noqa: BLE001 - a dead session took its views with it
+                    pass
     if table.num_rows == 0:
         return columns, []
     return columns, list(zip(*[_to_python(c) for c in table.columns], strict=True))

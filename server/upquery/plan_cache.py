@@ -12,7 +12,10 @@ groups as before; the rows are the same, since the filter on top is exact either
 
 A kept plan is only valid for the very same base data: it is keyed by each base table's
 segment files, whether rows above the snapshot's LSN must be cut off (and where), and its
-schema. A snapshot with unflushed (memtable) rows in any of the state's tables is not
+schema, and by the Spark session's generation (a plan is a graph of JVM objects of the
+session it was built on: after Spark is restarted, ``spark_supervisor``, ``clear`` drops
+the old ones and the generation keeps a plan built during the switch from being reused).
+A snapshot with unflushed (memtable) rows in any of the state's tables is not
 cached: those rows change with every write, and shipping them all to Spark unfiltered
 would cost more than the per-key filtered copy ``state_frame`` sends. Such fills, and
 fills of more than ``MANY_KEYS`` keys (a semi-join with an Arrow batch of keys), are
@@ -58,9 +61,10 @@ class PlanCache:
         self.misses = 0
 
     def frame(self, st: State, keys: set[Row], snapshot: Any,
-              scans: Scans | None = None) -> DataFrame:
-        """``st``'s rows for ``keys`` at ``snapshot`` (what ``state_frame`` returns)."""
-        ident = _identity(st, snapshot) if st.partial_cols else None
+              scans: Scans | None = None, generation: int = 0) -> DataFrame:
+        """``st``'s rows for ``keys`` at ``snapshot`` (what ``state_frame`` returns), with
+        a plan built on the Spark session of ``generation``."""
+        ident = _identity(st, snapshot, generation) if st.partial_cols else None
         if ident is None or len(keys) > MANY_KEYS:
             return state_frame(st, keys, snapshot, {}, scans)
         with self._lock:
@@ -81,15 +85,20 @@ class PlanCache:
             return keep_keys(plan, key_columns(st), keys)
         return plan.filter(text)
 
+    def clear(self) -> None:
+        """Forget every plan (their Spark session is gone)."""
+        with self._lock:
+            self._plans.clear()
+
     def stats(self) -> dict[str, int]:
         with self._lock:
             return {"plans_cached": len(self._plans), "plan_cache_hits": self.hits,
                     "plan_cache_misses": self.misses}
 
 
-def _identity(st: State, snapshot: Any) -> Hashable | None:
+def _identity(st: State, snapshot: Any, generation: int) -> Hashable | None:
     """What the state's unfiltered plan depends on, or None when it must not be kept."""
-    parts: list[Hashable] = [st.sid]
+    parts: list[Hashable] = [st.sid, generation]
     for node in base_nodes(st):
         assert node.table is not None  # base_nodes gives base table nodes only
         tv = snapshot.table_view(node.table)

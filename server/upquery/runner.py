@@ -27,6 +27,7 @@ from partialflow.operators.values import canonical_row
 from partialflow.server.dataflow.bounds import MAX_VALUES
 from partialflow.server.dataflow.fill import Fill
 from partialflow.server.dataflow.runner import BoundReply, FillResults, Reply
+from partialflow.server.spark_supervisor import SparkDown, generation_of, spark_failure
 from partialflow.server.upquery.faults import FaultInjector
 from partialflow.server.upquery.plan_cache import PlanCache
 from partialflow.server.upquery.state_plans import Scans
@@ -56,8 +57,12 @@ class SparkUpqueryRunner:
         self._scan = Counter[str]()
         self._last_scan: dict[str, int] = {}
         self._index = Counter[str]()  # index fill batches (``index_stats``)
-        # Each state's plan, built once per base data and reused with new keys.
+        # Each state's plan, built once per base data and reused with new keys; a plan
+        # holds JVM objects of the session it was built on, so a new session drops them.
         self.plans = PlanCache()
+        on_restart = getattr(spark, "on_restart", None)
+        if on_restart is not None:
+            on_restart(self._restarted)
 
     @property
     def jobs(self) -> int:
@@ -67,6 +72,16 @@ class SparkUpqueryRunner:
         # Warm the JVM's query path in the background: on a fresh JVM the first upquery
         # pays seconds of class loading and JIT that a reader should not wait for.
         threading.Thread(target=self._warm_up, name="spark-warm-up", daemon=True).start()
+
+    def _restarted(self, generation: int) -> None:
+        """A new Spark session replaced a dead one: its plans are gone with it."""
+        self.plans.clear()
+        self.start()
+
+    def _failed(self, err: Exception, generation: int) -> Exception:
+        """What a fill that failed with ``err`` reports: SparkDown (an Unavailable saying
+        Spark is being restarted) when Spark died under it, else ``err`` itself."""
+        return spark_failure(self.spark, err, generation) or err
 
     def _warm_up(self) -> None:
         try:
@@ -83,12 +98,15 @@ class SparkUpqueryRunner:
             return
 
         def run() -> None:
+            generation = generation_of(self.spark)
             try:
                 results = self.run(fill, snapshot)
             except Exception as e:  # the executor turns this into a clean read error
-                log.warning(
-                    "upquery %d failed: %s", fill.fid, str(e).splitlines()[0] if str(e) else e
-                )
+                e = self._failed(e, generation)
+                # Spark being down is logged once, by the supervisor, not per upquery.
+                log.log(logging.DEBUG if isinstance(e, SparkDown) else logging.WARNING,
+                        "upquery %d failed: %s", fill.fid,
+                        str(e).splitlines()[0] if str(e) else e)
                 reply(fill, None, e)
             else:
                 reply(fill, results, None)
@@ -107,6 +125,7 @@ class SparkUpqueryRunner:
         snapshot = self.storage.snapshot(lsn)  # pinned now, on the executor thread
 
         def run() -> None:
+            generation = generation_of(self.spark)
             try:
                 df = snapshot.table_changes_df(table).select(column)
                 with self._jobs_lock:
@@ -123,6 +142,7 @@ class SparkUpqueryRunner:
                     if len(got) <= MAX_VALUES:
                         values = [r[0] for r in got if r[0] is not None]
             except Exception as e:  # the bound is only an optimisation
+                e = self._failed(e, generation)
                 log.warning("key bound of %s.%s failed: %s", table, column,
                             str(e).splitlines()[0] if str(e) else e)
                 reply(None, None, None, e)
@@ -146,7 +166,8 @@ class SparkUpqueryRunner:
         try:
             scans: Scans = []
             for st in fill.roots:
-                df = self.plans.frame(st, fill.keys[st], snapshot, scans)
+                df = self.plans.frame(st, fill.keys[st], snapshot, scans,
+                                      generation_of(self.spark))
                 with self._jobs_lock:
                     self._jobs += 1
                 results[st.sid] = [canonical_row(tuple(r)) for r in df.collect()]
@@ -233,11 +254,12 @@ class SparkUpqueryRunner:
                 self._index["batch_fills"] += len(batch)
                 self._index["batch_max"] = max(self._index["batch_max"], len(batch))
                 self._index["queue_max"] = max(self._index["queue_max"], len(queued))
+            generation = generation_of(self.spark)
             try:
                 try:
                     replies = self._run_batch([(f, snap) for f, snap, _ in batch])
                 except Exception as e:
-                    if len(batch) == 1:
+                    if len(batch) == 1 or spark_failure(self.spark, e, generation):
                         raise
                     # Seen under load: the newest snapshot's scan failed (a segment file
                     # gone). Each fill on its own snapshot is slower but independent.
@@ -247,14 +269,17 @@ class SparkUpqueryRunner:
                         try:
                             result = self.run(fill, snap)
                         except Exception as e1:
-                            reply(fill, None, e1)
+                            reply(fill, None, self._failed(e1, generation))
                         else:
                             reply(fill, result, None)
                     continue
             except Exception as e:
-                log.warning("index upquery %d failed: %s", batch[0][0].fid,
-                            str(e).splitlines()[0] if str(e) else e)
-                batch[0][2](batch[0][0], None, e)
+                e = self._failed(e, generation)
+                log.log(logging.DEBUG if isinstance(e, SparkDown) else logging.WARNING,
+                        "index upquery %d failed: %s", batch[0][0].fid,
+                        str(e).splitlines()[0] if str(e) else e)
+                for fill, _, reply in batch:  # one, or all of them when Spark died
+                    reply(fill, None, e)
             else:
                 for fill, _, reply in batch:
                     reply(fill, replies[fill.fid], None)
