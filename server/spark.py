@@ -111,6 +111,7 @@ def _connect_session(
             f"Spark Connect ({master}) needs packages that are not installed: "
             f"{str(err).splitlines()[0]} (pip install 'partialflow[connect]')"
         ) from None
+    _short_retries(session)
     for key, value in {**_SQL_DEFAULTS, **dict(conf)}.items():
         try:
             session.conf.set(key, value)
@@ -124,6 +125,24 @@ def _connect_session(
                 ) from None
             log.warning("Spark Connect refused %s=%s: %s", key, value, str(err).splitlines()[0])
     return session
+
+
+# The Connect client retries a call to an unreachable server for at least 10 minutes by
+# default: a read waiting on that would time out instead of failing with UNAVAILABLE, and
+# the supervisor could not tell a restarted Connect server from a slow one. These retries
+# span about 10 s (50 ms growing 4x per try, at most 5 s apart), enough for a blip.
+CONNECT_RETRIES = 5
+CONNECT_MAX_BACKOFF_MS = 5000
+
+
+def _short_retries(session: SparkSession) -> None:
+    try:
+        from pyspark.sql.connect.client.retries import DefaultPolicy
+
+        session.client.set_retry_policies(
+            [DefaultPolicy(max_retries=CONNECT_RETRIES, max_backoff=CONNECT_MAX_BACKOFF_MS)])
+    except Exception:  # noqa: BLE001 - another client version: keep its own retries
+        log.warning("could not shorten the Spark Connect client's retries", exc_info=True)
 
 
 def _start(builder: SparkSession.Builder) -> SparkSession:

@@ -251,7 +251,7 @@ class SparkSupervisor:
                 return f"the Spark driver JVM exited (status {proc.returncode})"
         if "error" in box:
             return f"Spark does not answer: {_first_line(box['error'])}"
-        return f"Spark did not answer a ping within {timeout:.0f} s"
+        return f"Spark did not answer a ping within {timeout:g} s"
 
     # -- the watchdog and restarts -----------------------------------------------------
     def start(self) -> None:
@@ -399,9 +399,9 @@ def _teardown(session: Any, gateway: Any, *, connect: bool) -> None:
     process-wide references to it so the next builder starts a new driver."""
     if connect:
         _bounded(session.stop, STOP_TIMEOUT)
-        from pyspark.sql.connect.session import SparkSession as ConnectSession
+        with contextlib.suppress(Exception):  # ImportError too: no Connect client, no state
+            from pyspark.sql.connect.session import SparkSession as ConnectSession
 
-        with contextlib.suppress(Exception):
             if ConnectSession._default_session is session:
                 ConnectSession._default_session = None
             active = getattr(ConnectSession._active_session, "session", None)
