@@ -46,9 +46,15 @@ PING_INTERVAL = 5.0  # seconds between pings of the driver through its gateway
 # driver in a long garbage collection on a busy machine is slow, not dead, and a restart
 # throws away every job in flight.
 PING_TIMEOUT = 30.0
-PROBE_TIMEOUT = 10.0  # a check after a failed call (the driver usually refuses at once)
+# A check after a failed call: a dead driver refuses at once. One that is merely slow to
+# answer is not declared dead here (only the watchdog's longer PING_TIMEOUT does that):
+# the request is told to retry, and Spark is left alone.
+PROBE_TIMEOUT = 5.0
 STOP_TIMEOUT = 10.0  # waited for the old session's stop() before abandoning it
 RESTART_BACKOFF = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0)  # seconds before each further attempt
+
+
+_SILENT = "Spark did not answer a ping within"
 
 
 class SparkDown(Unavailable):
@@ -205,6 +211,9 @@ class SparkSupervisor:
         reason = self._probe(PROBE_TIMEOUT)
         if reason is None:
             return None
+        if reason.startswith(_SILENT):
+            return SparkDown(
+                f"Spark is not answering ({reason}); retry shortly: {_first_line(err)}")
         self.mark_down(f"{reason}; a request failed with: {_first_line(err)}")
         return self.down_error()
 
@@ -251,7 +260,7 @@ class SparkSupervisor:
                 return f"the Spark driver JVM exited (status {proc.returncode})"
         if "error" in box:
             return f"Spark does not answer: {_first_line(box['error'])}"
-        return f"Spark did not answer a ping within {timeout:g} s"
+        return f"{_SILENT} {timeout:g} s"
 
     # -- the watchdog and restarts -----------------------------------------------------
     def start(self) -> None:
@@ -282,6 +291,12 @@ class SparkSupervisor:
                 continue
             with self._cv:
                 proc = getattr(self._gateway, "proc", None)
+                session = self._session
+            if _stopped(session):
+                # Its owner stopped it (a test's shared session at the end of the run):
+                # not a death, nothing to replace.
+                log.debug("the Spark session was stopped by its owner; not watching it")
+                return
             if proc is not None and proc.poll() is not None:
                 self.mark_down(f"the Spark driver JVM exited (status {proc.returncode})")
             elif time.monotonic() >= next_ping:
@@ -367,6 +382,15 @@ class SparkSupervisor:
         with self._cv:
             session = self._session
         _bounded(session.stop, STOP_TIMEOUT)
+
+
+def _stopped(session: Any) -> bool:
+    """True for a classic session whose context was stopped (``stop()``): ``_jsc`` is
+    cleared then, and only then."""
+    try:
+        return session.sparkContext._jsc is None
+    except Exception:  # noqa: BLE001 - Spark Connect: no SparkContext, no such state
+        return False
 
 
 def _gateway_of(session: Any) -> Any:

@@ -73,6 +73,9 @@ def test_counters_move_after_writes_and_reads(metered):
     total = ("partialflow_upquery_duration_seconds_sum", (("outcome", "ok"), *view))
     assert 0 < after[total] < 120
     assert after[("partialflow_stats_ok", ())] == 1
+    # Spark is up and was never restarted (a restart: tests/app/test_spark_restart.py)
+    assert after[("partialflow_spark_up", ())] == 1
+    assert after[("partialflow_spark_restarts_total", ())] == 0
 
 
 def test_compaction_is_counted(metered):

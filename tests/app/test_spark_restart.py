@@ -23,12 +23,14 @@ import random
 import signal
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2
 from helpers import ServerProcess, health_status
+from prometheus_client.parser import text_string_to_metric_families
 
 from partialflow.client import PartialflowError
 
@@ -69,6 +71,13 @@ def _java_children(pid: int) -> list[int]:
             if comm == "java":
                 found.append(child)
     return found
+
+
+def _scrape(url: str) -> dict[str, float]:
+    with urllib.request.urlopen(url, timeout=30) as reply:
+        text = reply.read().decode()
+    return {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples
+            if s.name.startswith("partialflow_spark_")}
 
 
 class Load:
@@ -171,8 +180,9 @@ def test_spark_driver_killed_then_replaced(tmp_path):
     t0 = time.monotonic()
     phases: dict[str, float] = {}
     server = ServerProcess(
-        tmp_path / "data", args=("--max-segments", "8")
+        tmp_path / "data", args=("--max-segments", "8", "--metrics-port", "0")
     ).start(timeout=180)
+    metrics = next(line.split()[-1] for line in server._stdout if line.startswith("metrics on"))
     try:
         with server.client(timeout=120) as c:
             c.execute("CREATE TABLE t (k BIGINT, v BIGINT)")
@@ -204,6 +214,7 @@ def test_spark_driver_killed_then_replaced(tmp_path):
                 health_pb2.HealthCheckResponse.SERVING,  # already back: checked below
             )
             down_seen = health_status(server.address, SERVICE)
+            down_metrics = _scrape(metrics)
             assert health_status(server.address, "") == health_pb2.HealthCheckResponse.SERVING
 
             # Back within the bound: a new JVM, the restart counted, misses and query() work.
@@ -248,6 +259,10 @@ def test_spark_driver_killed_then_replaced(tmp_path):
             killed < t < killed + recovered and k < KEYS // 2 for t, k, _, _ in load.reads
         ), "no hit answered while Spark was down"
         assert down_seen == health_pb2.HealthCheckResponse.NOT_SERVING or recovered < 1
+        assert down_metrics["partialflow_spark_up"] == 0 or recovered < 1
+        up_metrics = _scrape(metrics)
+        assert up_metrics["partialflow_spark_up"] == 1
+        assert up_metrics["partialflow_spark_restarts_total"] == 1
 
         # Every read is exact, whenever it was answered. The oracle is the acknowledged
         # writes (a single writer: every write up to a read's LSN is known), itself checked
