@@ -103,6 +103,20 @@ def test_a_kept_plan_answers_as_the_fills_own_plan_at_each_snapshot(server, uniq
     assert cache.stats()["plan_cache_misses"] == before["plan_cache_misses"]
     assert cache.stats()["plan_cache_hits"] == before["plan_cache_hits"]
 
+    # A plan belongs to the Spark session it was built on: a new session (a restarted
+    # driver, server/spark_supervisor.py) never reuses one, and clear() drops them all.
+    with server.client() as c:
+        c.flush()
+    with storage.snapshot(storage.last_lsn) as snap:
+        keys = {("c0",)}
+        want = _rows(state_frame(st, keys, snap, {}))
+        assert _rows(cache.frame(st, keys, snap, generation=1)) == want
+        misses = cache.stats()["plan_cache_misses"]
+        assert _rows(cache.frame(st, keys, snap, generation=2)) == want
+        assert cache.stats()["plan_cache_misses"] == misses + 1
+    cache.clear()
+    assert cache.stats()["plans_cached"] == 0
+
 
 @pytest.mark.parametrize("n", [3, 250])
 def test_many_keys_and_multi_column_keys(server, uniq, n):
