@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -65,8 +66,17 @@ def _utc(ts: float) -> str:
     return _dt.datetime.fromtimestamp(ts, _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+_GRPC_DETAILS = re.compile(r'status = StatusCode\.(\w+)\s+details = "([^"]*)"')
+
+
 def _first_line(err: BaseException) -> str:
+    """One line saying what failed; for a gRPC error (Spark Connect) its status and
+    details, which its first line ("<_MultiThreadedRendezvous of RPC that terminated
+    with:") does not say."""
     text = str(err).strip()
+    found = _GRPC_DETAILS.search(text)
+    if found:
+        return f"{found.group(1)}: {found.group(2)}"[:300]
     return text.splitlines()[0][:300] if text else type(err).__name__
 
 
@@ -197,11 +207,11 @@ class SparkSupervisor:
         being down or replaced; None if Spark is alive and the error is the work's own."""
         if isinstance(err, SparkDown):
             return err
-        if self._closed:  # the server is stopping and has stopped Spark
-            return SparkDown("Spark was stopped: the server is shutting down")
         if isinstance(err, PartialflowError) or _answered_by_spark(err):
             if generation is None or generation == self.generation:
                 return None
+        if self._closed:  # the server is stopping and has stopped Spark
+            return SparkDown("Spark was stopped: the server is shutting down")
         if not self.up:
             return self.down_error()
         if generation is not None and generation != self.generation:

@@ -140,3 +140,18 @@ def test_close_stops_the_watchdog_without_restarting(sup):
     sup.session.dead = True
     time.sleep(0.2)
     assert sup.up and sup.stats()["restarts"] == 0
+
+
+def test_a_spark_connect_failure_is_reported_by_its_status_and_details():
+    from partialflow.server.spark_supervisor import _first_line
+
+    grpc_text = (
+        "<_MultiThreadedRendezvous of RPC that terminated with:\n"
+        "\tstatus = StatusCode.UNAVAILABLE\n"
+        '\tdetails = "failed to connect to all addresses; last error: Connection refused"\n'
+        '\tdebug_error_string = "UNKNOWN:Error received from peer"\n>'
+    )
+    assert _first_line(RuntimeError(grpc_text)) == (
+        "UNAVAILABLE: failed to connect to all addresses; last error: Connection refused")
+    assert _first_line(ConnectionRefusedError(111, "Connection refused")) == (
+        "[Errno 111] Connection refused")
