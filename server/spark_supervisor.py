@@ -507,5 +507,10 @@ def spark_failure(spark: Any, err: BaseException, generation: int | None) -> Spa
     return None
 
 
+def spark_up(spark: Any) -> bool:
+    """False while a supervisor's Spark is down; a bare session counts as up."""
+    return spark.up if isinstance(spark, SparkSupervisor) else True
+
+
 def generation_of(spark: Any) -> int:
     return spark.generation if isinstance(spark, SparkSupervisor) else 0

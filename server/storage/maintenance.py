@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from partialflow.server.spark_supervisor import spark_guard
+from partialflow.server.spark_supervisor import spark_guard, spark_up
 from partialflow.server.storage.catalog import Catalog, SegmentMeta, TableEntry, TableManifest
 from partialflow.server.storage.segments import entries_to_table, spark_compact, write_segment
 
@@ -157,6 +157,8 @@ def compact_table(st: Storage, entry: TableEntry, *, tiered: bool = False) -> di
     Consolidating only some segments' rows up to H keeps every read as of >= H exact, as
     each read sums the diffs of all segments' rows with ``_lsn`` <= its LSN.
     """
+    if tiered:
+        _wait_for_spark(st)
     with st._compact_lock:
         t0 = time.monotonic()
         cluster_by = st.clustering(entry.schema.name)
@@ -224,6 +226,16 @@ def compact_table(st: Storage, entry: TableEntry, *, tiered: bool = False) -> di
                         del st._file_refs[p]
                 doomed = st._collect_unreferenced()
             delete_files(st, doomed)
+
+
+def _wait_for_spark(st: Storage) -> None:
+    """The background compactor waits while Spark is down and being restarted (instead of
+    failing, and logging so, every second); storage's shutdown ends the wait."""
+    while not spark_up(st.spark):
+        with st._lock:
+            if st._stop_bg:
+                return
+            st._bg_cv.wait(0.5)
 
 
 def _figures(seg_before: int, seg_after: int, rows_before: int, rows_after: int, horizon: int,

@@ -252,6 +252,8 @@ def test_spark_driver_killed_then_replaced(tmp_path):
         bad = [e for e in load.errors if e[2] != grpc.StatusCode.UNAVAILABLE]
         assert not bad, bad[:5]
         assert all("Spark" in msg for _, _, _, msg in load.errors), load.errors[:5]
+        late = [e for e in load.errors if not killed < e[0] < killed + recovered + 10]
+        assert not late, late[:5]  # (10 s: requests under way when it came back)
         assert any(t > killed + recovered for t in load.queries_ok), "query() never came back"
         assert any(t > killed + recovered for t in load.compactions_ok), "no compaction after"
         # Hits kept working while Spark was down (keys filled before the kill).
