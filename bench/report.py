@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -326,6 +327,51 @@ def markdown(res: dict) -> str:
              "| --- | --- | --- | --- |"]
     lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows(res)]
     return "\n".join(lines)
+
+
+PLOTS = [
+    ("latency_hit_path.png", "hit path latency"),
+    ("latency_miss_path.png", "miss path latency"),
+    ("hit_rate_vs_memory.png", "hit rate against memory limit"),
+    ("throughput_vs_batch.png", "throughput against batch size"),
+    ("latency_writes.png", "write-to-visible latency"),
+    ("latency_stream.png", "read latency against write rate, reads under a stream"),
+    ("latency_subscribe.png", "write-to-subscriber latency"),
+    ("zipf_reads_and_restart.png", "Zipf reads and restart"),
+]
+
+
+def _run_date(run: str) -> str:
+    """``results-20261126-091404.json`` -> ``2026-11-26 09:14 UTC``."""
+    m = re.search(r"(\d{4})(\d{2})(\d{2})-(\d{2})(\d{2})", run)
+    return f"{m[1]}-{m[2]}-{m[3]} {m[4]}:{m[5]} UTC" if m else run
+
+
+def provenance(res: dict) -> str:
+    """Where every section's figures come from: the machine, then per section the run's
+    date, commit and load average (a published file may join sections of several runs)."""
+    m = res["meta"]
+    machine = (f"{m['cores']} cores, {m['memory_gib']} GiB, Python {m['python']}, "
+               f"PySpark {m['pyspark']}, {m['java']}, {m.get('platform', '')}")
+    lines = [f"Machine: {machine}.", "",
+             "| sections | measured | commit | load average at the start, at the end |",
+             "| --- | --- | --- | --- |"]
+    covered: set[str] = set()
+    for names, src in m.get("sections_from", {}).items():
+        covered.update(n.strip() for n in names.split(","))
+        lines.append(f"| {names} | {_run_date(src['run'])} | {src['commit']} | "
+                     f"{src['loadavg_at_start'][0]}, {src['loadavg_at_end'][0]} |")
+    rest = [n for n in res["sections"] if n not in covered]
+    if rest:
+        lines.append(f"| {', '.join(rest)} | {m['date']} | {m['commit']} | "
+                     f"{m['loadavg_at_start'][0]}, {(m.get('loadavg_at_end') or ['?'])[0]} |")
+    return "\n".join(lines)
+
+
+def page(res: dict, plot_dir: str = "benchmarks") -> str:
+    """The benchmarks page's generated part: provenance, the table, the plots."""
+    plots = [f"![{alt}]({plot_dir}/{name})" for name, alt in PLOTS]
+    return "\n\n".join([provenance(res), markdown(res), "\n".join(plots)])
 
 
 def main(argv: list[str]) -> int:

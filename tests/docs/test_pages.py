@@ -1,0 +1,90 @@
+"""Every example of README.md and docs/*.md, run against a real server as a reader would.
+
+One test per page: a fresh server (its own data directory, a free port, on the session's
+Spark) and a fresh working directory, then the page's blocks in order (see runner.py for
+the convention). The page's printed output must match what it shows.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import pytest
+from runner import QUIET_LANGUAGES, RUN_LANGUAGES, SYBIL, Shell, fences, page_environment
+
+from partialflow.client import Client
+from partialflow.server.config import Config
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _postgres(config: dict) -> dict[str, str]:
+    """When the server has a PostgreSQL listener, a port for it and PG* for psql."""
+    if "pg_port" not in Config.__dataclass_fields__:
+        return {}
+    config["pg_port"] = _free_port()
+    return {"PGHOST": "127.0.0.1", "PGPORT": str(config["pg_port"]), "PGUSER": "partialflow"}
+
+
+def _workdir(tmp_path: Path) -> Path:
+    """A directory that looks like the root of a clone (examples/, scripts/, ... linked),
+    so files a page writes land here and not in the checkout."""
+    work = tmp_path / "clone"
+    work.mkdir()
+    for entry in ROOT.iterdir():
+        if entry.name not in (".git", "build", "site") and not entry.name.startswith("data"):
+            (work / entry.name).symlink_to(entry)
+    return work
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_page_examples(page: Path, spark, tmp_path, monkeypatch) -> None:
+    from helpers import InProcessServer
+
+    document = SYBIL.parse(page)
+    examples = list(document.examples())
+    if not examples:
+        pytest.skip("no runnable example on this page")
+    config: dict = {}
+    pg_env = _postgres(config)
+    work = _workdir(tmp_path)
+    with InProcessServer(tmp_path / "data", spark, **config) as server:
+        assert server.address is not None
+        env = page_environment(server.address, pg_env)
+        for key in [k for k in os.environ if k.startswith(("PARTIALFLOW_", "PG"))]:
+            monkeypatch.delenv(key)
+        for key, value in {"PARTIALFLOW_SERVER": server.address, **pg_env}.items():
+            monkeypatch.setenv(key, value)
+        monkeypatch.chdir(work)
+        document.namespace["__shell__"] = Shell(work, env)
+        try:
+            for example in examples:
+                try:
+                    example.evaluate()
+                except Exception as err:
+                    raise AssertionError(
+                        f"{page.relative_to(ROOT)}, the block at line {example.line}: {err}"
+                    ) from err
+        finally:
+            for value in list(document.namespace.values()):
+                if isinstance(value, Client):
+                    value.close()
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_block_is_run_or_marked_not_run(page: Path) -> None:
+    """A block in a fence the runner does not know would silently never run."""
+    for line, language in fences(page.read_text()):
+        assert language in RUN_LANGUAGES + QUIET_LANGUAGES, (
+            f"{page.relative_to(ROOT)}:{line}: a ```{language or '(no language)'} block; "
+            f"use one of {', '.join(RUN_LANGUAGES)} (run) or ```text (not run, say why)"
+        )
