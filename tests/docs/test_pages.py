@@ -66,18 +66,20 @@ def test_page_examples(page: Path, spark, tmp_path, monkeypatch) -> None:
             monkeypatch.setenv(key, value)
         monkeypatch.chdir(work)
         document.namespace["__shell__"] = Shell(work, env)
+        # Every block runs even after one fails (the reader would go on too); all failures
+        # are reported, the first being the likely cause of the rest.
+        failures = []
         try:
             for example in examples:
                 try:
                     example.evaluate()
-                except Exception as err:
-                    raise AssertionError(
-                        f"{page.relative_to(ROOT)}, the block at line {example.line}: {err}"
-                    ) from err
+                except Exception as err:  # noqa: BLE001 - reported below with its line
+                    failures.append(f"{page.relative_to(ROOT)}:{example.line}: {err}")
         finally:
             for value in list(document.namespace.values()):
                 if isinstance(value, Client):
                     value.close()
+    assert not failures, "\n\n".join(failures)
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
