@@ -8,7 +8,8 @@ build time (so the site cannot drift from the code; on GitHub the marker is invi
 - ``<!-- generated: cli -->``: the ``--help`` of every ``partialflow`` command, from the
   argument parser;
 - ``<!-- generated: benchmarks -->``: the published benchmark run (bench/published/
-  results.json) as bench/report.py renders it, with where each section was measured.
+  results.json) as bench/report.py renders it, with where each section was measured;
+- ``<!-- generated: node-guide -->``: the Node.js client's guide, examples/node/README.md.
 
 The plots in bench/published/ are added to the site under ``benchmarks/``.
 """
@@ -89,7 +90,19 @@ def benchmarks() -> str:
     return report.page(results)
 
 
-GENERATORS = {"serve-options": serve_options, "cli": cli_reference, "benchmarks": benchmarks}
+def node_guide() -> str:
+    """examples/node/README.md (its headings start at ##), its shell blocks shown as text
+    (the Node client's own test runs them: tests/client/test_node_client.py)."""
+    text = (ROOT / "examples" / "node" / "README.md").read_text()
+    return text.replace("```sh\n", "```text\n").replace("```js\n", "```javascript\n")
+
+
+GENERATORS = {
+    "serve-options": serve_options,
+    "cli": cli_reference,
+    "benchmarks": benchmarks,
+    "node-guide": node_guide,
+}
 
 
 def render(markdown: str) -> str:
