@@ -6,8 +6,10 @@ the test):
 - ```python blocks run in order, in one namespace per page;
 - ```pycon blocks are doctests: ``>>> `` lines with their expected output beneath;
 - ```console blocks: a line starting with ``$ `` is a shell command (a line ending in
-  ``\\`` continues it), the lines after it up to the next command are what it prints
-  (stdout and stderr together); ``...`` alone on a line matches any lines, none included;
+  ``\\``, or an open quote, continues it on the next line), the lines after it up to the
+  next command are what it prints (stdout and stderr together); ``...`` alone on a line
+  matches any lines, none included, and ``...`` within a line any text on that line
+  (a timing, a byte count);
 - ```text blocks (and every other kind of block) are not run.
 
 Why Sybil: it already parses Markdown fences and doctests, keeps one namespace per
@@ -74,7 +76,7 @@ def split_transcript(text: str) -> list[tuple[str, list[str]]]:
             i += 1
             continue
         command = line[2:]
-        while command.endswith("\\") and i + 1 < len(lines):
+        while (command.endswith("\\") or _open_quote(command)) and i + 1 < len(lines):
             i += 1
             command = command + "\n" + lines[i]
         steps.append((command, []))
@@ -85,8 +87,25 @@ def split_transcript(text: str) -> list[tuple[str, list[str]]]:
     return steps
 
 
+def _open_quote(command: str) -> bool:
+    """True while a quote is still open (the command goes on on the next line)."""
+    try:
+        shlex.split(command)
+    except ValueError:
+        return True
+    return False
+
+
+def _line_matches(expected: str, actual: str) -> bool:
+    if "..." not in expected:
+        return expected == actual
+    pattern = ".*?".join(re.escape(part) for part in expected.split("..."))
+    return re.fullmatch(pattern, actual) is not None
+
+
 def lines_match(expected: list[str], actual: list[str]) -> bool:
-    """Line by line (trailing spaces ignored); ``...`` alone matches any lines, none too."""
+    """Line by line (trailing spaces ignored); ``...`` alone matches any lines, none too,
+    and within a line any text."""
     actual = [a.rstrip() for a in actual]
     while actual and not actual[-1]:
         actual.pop()
@@ -96,7 +115,7 @@ def lines_match(expected: list[str], actual: list[str]) -> bool:
             return a == len(actual)
         if expected[e].strip() == "...":
             return any(match(e + 1, k) for k in range(a, len(actual) + 1))
-        return a < len(actual) and expected[e] == actual[a] and match(e + 1, a + 1)
+        return a < len(actual) and _line_matches(expected[e], actual[a]) and match(e + 1, a + 1)
 
     return match(0, 0)
 

@@ -9,8 +9,8 @@ from runner import SYBIL, Shell, fences, lines_match, page_environment, split_tr
 
 
 def test_transcripts_split_into_commands_and_their_output() -> None:
-    steps = split_transcript("$ echo a \\\n  b\na b\n$ true\n\n")
-    assert steps == [("echo a \\\n  b", ["a b"]), ("true", [])]
+    steps = split_transcript("$ echo a \\\n  b\na b\n$ true\n\n$ echo 'x\ny'\nx\ny\n")
+    assert steps == [("echo a \\\n  b", ["a b"]), ("true", []), ("echo 'x\ny'", ["x", "y"])]
     with pytest.raises(ValueError, match="output before any"):
         split_transcript("stray\n$ true\n")
 
@@ -24,7 +24,9 @@ def test_transcripts_split_into_commands_and_their_output() -> None:
         (["a", "...", "z"], ["a", "b", "c", "z"], True),
         (["...", "z"], ["a", "y"], False),
         (["..."], [], True),
-        (["a ... z"], ["a b z"], False),  # only a line of its own is a wildcard
+        (["a ... z"], ["a b c z"], True),  # within a line: any text on that line
+        (["a ... z"], ["a b", "z"], False),
+        (["took ... s"], ["took 0.25 s"], True),
     ],
 )
 def test_lines_match(expected: list[str], actual: list[str], ok: bool) -> None:
