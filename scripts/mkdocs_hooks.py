@@ -9,7 +9,11 @@ build time (so the site cannot drift from the code; on GitHub the marker is invi
   argument parser;
 - ``<!-- generated: benchmarks -->``: the published benchmark run (bench/published/
   results.json) as bench/report.py renders it, with where each section was measured;
-- ``<!-- generated: node-guide -->``: the Node.js client's guide, examples/node/README.md.
+- ``<!-- generated: node-guide -->``: the Node.js client's guide, examples/node/README.md;
+- ``<!-- generated: layers -->``: the layers of the import contract in pyproject.toml,
+  with the modules each holds;
+- ``<!-- generated: storage-readme -->``: server/storage/README.md, the storage layer's
+  own description.
 
 The plots in bench/published/ are added to the site under ``benchmarks/``.
 """
@@ -90,6 +94,74 @@ def benchmarks() -> str:
     return report.page(results)
 
 
+#: What each layer of the import contract does (a layer the contract gains shows without
+#: one until it is described here).
+LAYER_JOBS = {
+    "partialflow.client": "the Python client, the `partialflow` command, `partialflow stress`",
+    "partialflow.server.app": "gRPC server assembly: requests in, typed answers out; health, "
+    "reflection, TLS, token, metrics, logs, test hooks",
+    "partialflow.server.engine": "statements to calls: DDL to storage and dataflow, writes, "
+    "loads, snapshot queries",
+    "partialflow.server.bulk": "bulk loads: a file read by Spark, converted, one atomic write",
+    "partialflow.server.upquery": "the Spark side: a state's subgraph compiled to one Spark "
+    "plan (kept per state and base data, keys bound per fill); fills run on Spark",
+    "partialflow.server.statements": "one statement parsed and named; CREATE TABLE and "
+    "INSERT ... VALUES turned into a schema and values",
+    "partialflow.server.dataflow": "the ordered executor and partial state: fills, holds, "
+    "evictions, publishing to readers, subscriptions, what a checkpoint captures and how a "
+    "start recovers; imports no pyspark",
+    "partialflow.server.checkpoint": "checkpoint files: framing, manifests, the writer "
+    "thread, chains, compaction, retention",
+    "partialflow.server.storage": "WAL, LSNs, Parquet segments, snapshots, compaction, "
+    "recovery (server/storage/README.md)",
+    "partialflow.server.verifier": "the background sampler: served reads re-checked on Spark",
+    "partialflow.server.sql": "SQL text to a plan of operators; errors in the user's terms",
+    "partialflow.operators": "pure computation: deltas in, deltas out; expressions and SQL "
+    "value rules",
+    "partialflow.proto": "the wire contract and its value codec",
+    "partialflow.server.errors": "the errors every layer raises, with their gRPC status",
+    "partialflow.server.config": "the server's options and their defaults",
+}
+_PACKAGE_DIRS = {"partialflow.server": "server", "partialflow.client": "client",
+                 "partialflow.operators": "operators", "partialflow.proto": "proto"}
+
+
+def _where(module: str) -> tuple[str, list[str]]:
+    """The path of a module of the contract, and its modules when it is a package."""
+    for prefix, directory in sorted(_PACKAGE_DIRS.items(), key=lambda kv: -len(kv[0])):
+        if module == prefix or module.startswith(prefix + "."):
+            rel = directory + module[len(prefix):].replace(".", "/")
+            path = ROOT / rel
+            if path.is_dir():
+                names = sorted(p.stem for p in path.glob("*.py")
+                               if p.stem != "__init__" and not p.stem.endswith("_pb2"))
+                return rel + "/", names
+            return rel + ".py", []
+    return module, []
+
+
+def layers() -> str:
+    """The layers table, from the import-linter contract in pyproject.toml (top first)."""
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10: the same parser, as a package (pip's own copy)
+        from pip._vendor import tomli as tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    (contract,) = [c for c in config["contracts"] if c["type"] == "layers"]
+    lines = ["| layer (top first) | where | modules | job |", "| --- | --- | --- | --- |"]
+    for n, layer in enumerate(contract["layers"], 1):
+        for module in (m.strip() for m in layer.split("|")):
+            where, names = _where(module)
+            shown = ", ".join(f"`{name}`" for name in names if not name.endswith("_grpc"))
+            job = LAYER_JOBS.get(module, "")
+            lines.append(f"| {n} | `{where}` | {shown} | {job} |")
+    exceptions = contract.get("ignore_imports", [])
+    if exceptions:
+        lines += ["", "Allowed exceptions: " + "; ".join(f"`{e}`" for e in exceptions) + "."]
+    return "\n".join(lines)
+
+
 def node_guide() -> str:
     """examples/node/README.md (its headings start at ##), its shell blocks shown as text
     (the Node client's own test runs them: tests/client/test_node_client.py)."""
@@ -102,6 +174,10 @@ GENERATORS = {
     "cli": cli_reference,
     "benchmarks": benchmarks,
     "node-guide": node_guide,
+    "layers": layers,
+    "storage-readme": lambda: re.sub(
+        r"^#", "##", (ROOT / "server" / "storage" / "README.md").read_text(), count=1
+    ),
 }
 
 
