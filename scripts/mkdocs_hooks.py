@@ -25,6 +25,7 @@ import importlib.util
 import json
 import os
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -194,6 +195,22 @@ def render(markdown: str) -> str:
 
 
 # -- MkDocs events ----------------------------------------------------------------------
+
+
+def on_config(config: Any) -> Any:
+    # mkdocstrings reads the package `partialflow` from build/typecheck (mkdocs.yml), the
+    # link tree scripts/check.sh makes for mypy: the package's directories are server/,
+    # client/, ... (package-dir), which no tool can map by itself.
+    tree = ROOT / "build" / "typecheck" / "partialflow"
+    tree.mkdir(parents=True, exist_ok=True)
+    for name in ("server", "operators", "proto", "client"):
+        link = tree / name
+        if not link.exists():
+            link.symlink_to(Path("..", "..", "..", name))
+    # `mkdocs` run from .venv/bin puts that directory first on sys.path, and griffe takes
+    # the `partialflow` console script there for a part of the package: drop such entries.
+    sys.path[:] = [p for p in sys.path if not (Path(p or ".") / "partialflow").is_file()]
+    return config
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
