@@ -1,4 +1,7 @@
-"""The README's benchmark table from a results JSON: ``python bench/report.py FILE``."""
+"""The benchmark table of docs/benchmarks.md from a results JSON.
+
+    python bench/report.py FILE
+"""
 
 from __future__ import annotations
 
@@ -58,7 +61,7 @@ def rows(res: dict) -> list[tuple[str, str, str, str]]:
                     _met(ok),
                 )
             )
-        goals = {(1, 1000): 100_000, (8, 1000): 200_000}  # keys/s (issue 15)
+        goals = {(1, 1000): 100_000, (8, 1000): 200_000}  # keys/s
         for r in hit["runs"]:
             if r["batch"] == 1:
                 continue
@@ -95,7 +98,7 @@ def rows(res: dict) -> list[tuple[str, str, str, str]]:
         if not w:
             continue
         for r in w.get("peak", []):
-            # Issue 12's goal: applied rows through the view >= 0.7x the plain rate at 100
+            # The goal: applied rows through the view >= 0.7x the plain rate at 100
             # and 1000 rows per write.
             goal = (_met(r["view_vs_plain"] >= WRITE_GOAL) + f" (goal x{WRITE_GOAL})"
                     if r["batch"] in (100, 1000) else "no goal")
@@ -296,7 +299,7 @@ def stream_rows(st: dict | None) -> list[tuple[str, str, str, str]]:
 
 
 def subscribe_rows(sub: dict | None) -> list[tuple[str, str, str, str]]:
-    """Subscriptions: write-to-subscriber latency per rate with the streams held (issue 15
+    """Subscriptions: write-to-subscriber latency per rate with the streams held (
     sets no latency goal), and whether every write reached its subscribers."""
     if not sub:
         return []
@@ -376,7 +379,7 @@ def page(res: dict, plot_dir: str = "benchmarks") -> str:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
-        description="The README's benchmark table from a results JSON."
+        description="The benchmark table of docs/benchmarks.md from a results JSON."
     )
     parser.add_argument("results", type=Path, help="a results-*.json written by bench/run.py")
     args = parser.parse_args(argv[1:])
