@@ -23,11 +23,11 @@ after it.
 from __future__ import annotations
 
 import doctest
-import sys
 import os
 import re
 import shlex
 import subprocess
+import sys
 import textwrap
 from collections.abc import Iterable
 from pathlib import Path
