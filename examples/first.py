@@ -16,7 +16,9 @@ from partialflow.client import Client
 
 
 def main(address: str) -> None:
-    with Client(address) as db:
+    # The first read of a freshly started server waits for Spark's first job (JVM warm-up):
+    # allow a minute per call, as the `partialflow` command does, rather than 30 s.
+    with Client(address, timeout=60) as db:
         db.execute("CREATE TABLE info (product TEXT PRIMARY KEY, category TEXT)")
         db.execute("CREATE TABLE visit (product TEXT, user_name TEXT, length BIGINT)")
         db.insert("info", [("Apple", "Fruit"), ("Banana", "Fruit"),
