@@ -262,9 +262,9 @@ def _load(
             c.close()
     # Subscribers share the readers' grace: a heartbeat comes every second, and then one
     # records its last rows. One still waiting for its snapshot (a fill behind a busy
-    # Spark) would keep the run going past "--duration plus up to 5 s" (it took 10 s more
-    # per subscriber, one after the other): closing its channel cancels the stream, and it
-    # ends with what it had recorded.
+    # Spark) could keep the run going past "--duration plus up to 5 s" (it was given 10 s
+    # more per subscriber, one after the other): closing its channel cancels the stream,
+    # and it ends with what it had recorded.
     for t in subscriber_threads:
         t.join(timeout=max(0.0, grace - time.monotonic()))
     for c in subscribe_clients:
