@@ -1,6 +1,6 @@
 """Deltas per second through the dataflow (a benchmark, not a test).
 
-Builds an in-process engine on a temp dir, creates DESIGN.md's visits view and Nexmark Q4's
+Builds an in-process engine on a temp dir, creates the docs' visits view and Nexmark Q4's
 two outputs, fills every key (so every delta does real work), then writes batches of 1,
 100 and 10,000 rows and measures, per batch size:
 

@@ -6,12 +6,12 @@ another's memory limit:
 - ``events``: ``events(user_id, amount)`` with two rows per key and the one-parameter view
   ``user_totals`` (COUNT, SUM per user): the key-value shaped workload for the hit and
   miss paths, Zipf reads under memory limits, recomputation and restart.
-- ``visits``: DESIGN.md's running example 1 (``info``, ``visit``, ``max_visit``: a join
+- ``visits``: the docs' running example 1 (``info``, ``visit``, ``max_visit``: a join
   then MAX per category).
 - ``joins5``: the visits tables with three more dimensions (``users``: a visitor's country,
   ``cats``: a category's department, ``countries``: a country's region) and the view
   ``region_visits``, a 5-table join keyed on ``cats.category``: the multi-way join miss
-  of issue 14 (part 6). Its own data set, so the visits sections keep their one view.
+  of the miss path section. Its own data set, so the visits sections keep their one view.
 - ``nexmark``: running example 2, Nexmark Q4 over ``person``, ``auction`` and ``bid``
   from a Nexmark-style generator (person:auction:bid = 1:3:46; half of the bids go to a
   few hot auctions, three quarters come from a few hot bidders).

@@ -13,7 +13,7 @@ are measured against the last commit).
 
 Workloads (every view key filled, so every row does real work):
 
-* ``visits``: DESIGN.md's example 1, ``max_visit`` (info JOIN visit, MAX per category),
+* ``visits``: the docs' running example 1, ``max_visit`` (info JOIN visit, MAX per category),
   with 20k products, 1,000 categories and 200k stored visits, 1000-row writes;
 * ``nexmark``: Nexmark Q4's ``avg_winning`` (over ``winning``) and ``hot``, 2,000
   auctions, 10,000-row writes of bids;

@@ -1,5 +1,5 @@
 """Miss cost against table size: quiet, and with writes, flushes and compaction going on
-(issue 16 part 4). Not run in CI.
+(docs/benchmarks.md, "Misses as tables grow"). Not run in CI.
 
 Builds a table ``events(k BIGINT, v BIGINT, pad TEXT)`` of ``--rows`` rows with keys in
 random order (Parquet files written here with numpy/pyarrow, ``--file-rows`` rows each,
@@ -30,7 +30,7 @@ compared with Spark SQL over the base tables at the answer's LSN (``query(as_of=
 
 ``--plot FILE...`` merges such JSON files into bench/published/NAME.json and draws
 bench/published/NAME.png (p50/p99 per phase against table size; NAME is ``--plot-name``,
-miss_scaling by default) and prints the README's table.
+miss_scaling by default) and prints the table of docs/benchmarks.md.
 
 "Cold" means the key is not in the view's state, not that the disk is cold: the OS page
 cache is warm.
@@ -404,7 +404,7 @@ def publish(files: list[str], name: str = "miss_scaling", title: str = "") -> in
 
 
 def markdown(runs: list[dict]) -> str:
-    """The README's table: one line per run and phase."""
+    """The table of docs/benchmarks.md: one line per run and phase."""
     head = ("| rows | phase | misses | p50 ms | p99 ms | p50 / smallest | row groups a miss can "
             "touch | MB a miss can touch (of all) | segments | write rows/s | compaction during "
             "misses | load avg start → end |")

@@ -90,7 +90,7 @@ def hit_path(srv: InProcServer, pool: LoadPool, *, view: str, keys: list[Any],
 
 def _goals(runs: list[dict]) -> list[dict]:
     """Single keys within 1.5x of a same-size no-op; 1000-key batches at >= 100k keys/s
-    from one client and >= 200k from 8 (issue 15)."""
+    from one client and >= 200k from 8."""
     singles = [x for x in runs if x["batch"] == 1]
     worst = max(
         max(x["slowdown_calls"] or 0, x["slowdown_p50"] or 0, x["slowdown_p99"] or 0)

@@ -1,9 +1,13 @@
-"""The README's benchmark table from a results JSON: ``python bench/report.py FILE``."""
+"""The benchmark table of docs/benchmarks.md from a results JSON.
+
+    python bench/report.py FILE
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -57,7 +61,7 @@ def rows(res: dict) -> list[tuple[str, str, str, str]]:
                     _met(ok),
                 )
             )
-        goals = {(1, 1000): 100_000, (8, 1000): 200_000}  # keys/s (issue 15)
+        goals = {(1, 1000): 100_000, (8, 1000): 200_000}  # keys/s
         for r in hit["runs"]:
             if r["batch"] == 1:
                 continue
@@ -94,7 +98,7 @@ def rows(res: dict) -> list[tuple[str, str, str, str]]:
         if not w:
             continue
         for r in w.get("peak", []):
-            # Issue 12's goal: applied rows through the view >= 0.7x the plain rate at 100
+            # The goal: applied rows through the view >= 0.7x the plain rate at 100
             # and 1000 rows per write.
             goal = (_met(r["view_vs_plain"] >= WRITE_GOAL) + f" (goal x{WRITE_GOAL})"
                     if r["batch"] in (100, 1000) else "no goal")
@@ -295,7 +299,7 @@ def stream_rows(st: dict | None) -> list[tuple[str, str, str, str]]:
 
 
 def subscribe_rows(sub: dict | None) -> list[tuple[str, str, str, str]]:
-    """Subscriptions: write-to-subscriber latency per rate with the streams held (issue 15
+    """Subscriptions: write-to-subscriber latency per rate with the streams held (
     sets no latency goal), and whether every write reached its subscribers."""
     if not sub:
         return []
@@ -328,9 +332,54 @@ def markdown(res: dict) -> str:
     return "\n".join(lines)
 
 
+PLOTS = [
+    ("latency_hit_path.png", "hit path latency"),
+    ("latency_miss_path.png", "miss path latency"),
+    ("hit_rate_vs_memory.png", "hit rate against memory limit"),
+    ("throughput_vs_batch.png", "throughput against batch size"),
+    ("latency_writes.png", "write-to-visible latency"),
+    ("latency_stream.png", "read latency against write rate, reads under a stream"),
+    ("latency_subscribe.png", "write-to-subscriber latency"),
+    ("zipf_reads_and_restart.png", "Zipf reads and restart"),
+]
+
+
+def _run_date(run: str) -> str:
+    """``results-20261126-091404.json`` -> ``2026-11-26 09:14 UTC``."""
+    m = re.search(r"(\d{4})(\d{2})(\d{2})-(\d{2})(\d{2})", run)
+    return f"{m[1]}-{m[2]}-{m[3]} {m[4]}:{m[5]} UTC" if m else run
+
+
+def provenance(res: dict) -> str:
+    """Where every section's figures come from: the machine, then per section the run's
+    date, commit and load average (a published file may join sections of several runs)."""
+    m = res["meta"]
+    machine = (f"{m['cores']} cores, {m['memory_gib']} GiB, Python {m['python']}, "
+               f"PySpark {m['pyspark']}, {m['java']}, {m.get('platform', '')}")
+    lines = [f"Machine: {machine}.", "",
+             "| sections | measured | commit | load average at the start, at the end |",
+             "| --- | --- | --- | --- |"]
+    covered: set[str] = set()
+    for names, src in m.get("sections_from", {}).items():
+        covered.update(n.strip() for n in names.split(","))
+        lines.append(f"| {names} | {_run_date(src['run'])} | {src['commit']} | "
+                     f"{src['loadavg_at_start'][0]}, {src['loadavg_at_end'][0]} |")
+    rest = [n for n in res["sections"] if n not in covered]
+    if rest:
+        lines.append(f"| {', '.join(rest)} | {m['date']} | {m['commit']} | "
+                     f"{m['loadavg_at_start'][0]}, {(m.get('loadavg_at_end') or ['?'])[0]} |")
+    return "\n".join(lines)
+
+
+def page(res: dict, plot_dir: str = "benchmarks") -> str:
+    """The benchmarks page's generated part: provenance, the table, the plots."""
+    plots = [f"![{alt}]({plot_dir}/{name})" for name, alt in PLOTS]
+    return "\n\n".join([provenance(res), markdown(res), "\n".join(plots)])
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
-        description="The README's benchmark table from a results JSON."
+        description="The benchmark table of docs/benchmarks.md from a results JSON."
     )
     parser.add_argument("results", type=Path, help="a results-*.json written by bench/run.py")
     args = parser.parse_args(argv[1:])

@@ -5,11 +5,11 @@
     python bench/run.py --quick    # smaller data, shorter runs (about 10 minutes on 2 busy cores)
     python bench/run.py --only reads,memory   # some sections (see --help)
     python bench/run.py --quick --only stream # reads under a stream alone (about 5 minutes)
-    python bench/run.py --only hits,subscribe # issue 15's figures (about 10 minutes)
+    python bench/run.py --only hits,subscribe # the hit path and subscriptions (about 10 minutes)
 
 Starts a server in this process on a local Spark session (load comes from separate
 worker processes), builds four data sets under a temporary directory and measures every
-figure of issue 5, each against a baseline run in the same process on the same data:
+figure of docs/benchmarks.md, each against a baseline run in the same process on the same data:
 
 - reads: a cold read vs bare PySpark computing the same rows at the same snapshot (a
   per-key aggregate, the visits view, and a 5-table join keyed on one table's column),
@@ -22,10 +22,10 @@ figure of issue 5, each against a baseline run in the same process on the same d
   write-to-visible latency at half of peak load, Nexmark Q4 with concurrent readers;
 - stream: the visits view and Nexmark Q4 read by key by 4 clients per view while an
   open-loop writer streams 20, 200 and 2000 rows/s (and half of Nexmark's write peak):
-  reads/s, read latency, failed reads, write-to-visible (issue 12, part 4);
+  reads/s, read latency, failed reads, write-to-visible;
 - subscribe: write-to-subscriber latency at 20, 200 and 2000 rows/s with 32 Subscribe
   streams of 100 keys held (the server's limit at its default --workers), against the
-  writes' own acknowledgement (issue 15, part 4).
+  writes' own acknowledgement.
 
 Writes ``results-<date>.json`` (every figure) and PNG plots to ``--out``
 (default ``bench/results/``, which git ignores), and prints a goal summary.

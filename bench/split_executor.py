@@ -23,9 +23,10 @@ server's CPU per row includes pickling and sending.
 
     python bench/split_executor.py [--batches 100,1000] [--seconds 8] [--rounds 2]
 
-Measured 2026-11-26 (README, "Writes"): on 2 cores the split reached 0.63-0.67x of plain at
-100 rows per write (in-process: 0.51-0.56x) and 0.28-0.31x at 1000 (in-process:
-0.34-0.35x): the load processes, the server, the child and Spark share the two cores.
+Measured 2026-11-26 (docs/benchmarks.md, "Writes"): on 2 cores the split reached
+0.63-0.67x of plain at 100 rows per write (in-process: 0.51-0.56x) and 0.28-0.31x at
+1000 (in-process: 0.34-0.35x): the load processes, the server, the child and Spark
+share the two cores.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Reads under a stream (issue 12, part 4): views read by key by several clients while
+"""Reads under a stream: views read by key by several clients while
 writes arrive at a fixed rate, open loop (bench/stream_load.py does the load).
 
 One *phase* is one write rate on one data set, all started together for ``seconds``:
@@ -212,7 +212,7 @@ def pick_answers(answers: list[dict], per_view: int) -> list[dict]:
 
 
 def goals(phases: list[dict], half_peak: float | None) -> dict:
-    """The three goals of issue 12 part 4, each {"goal": {"text", "value", "met"}}."""
+    """The three goals of reads under a stream, each {"goal": {"text", "value", "met"}}."""
     out: dict[str, Any] = {}
     read_err = sum(v["errors"] for ph in phases for v in ph["views"].values())
     probe_err = sum(ph["probe"]["errors"] for ph in phases)

@@ -1,4 +1,4 @@
-"""Write-to-subscriber latency (issue 15, part 4): the ``subscribe`` section.
+"""Write-to-subscriber latency: the ``subscribe`` section.
 
 A server in the harness process holds ``subscriptions`` Subscribe streams of ``keys`` keys
 each of a COUNT/SUM view, opened by two load processes (one thread and one channel per

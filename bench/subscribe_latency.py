@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Write-to-subscriber latency (issue 15, part 4) on its own: the ``subscribe`` section of
+"""Write-to-subscriber latency on its own: the ``subscribe`` section of
 bench/run.py (``python bench/run.py --only subscribe``) with other settings.
 
     python bench/subscribe_latency.py [--rates 20,200,2000] [--seconds 10]

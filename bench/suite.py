@@ -102,7 +102,7 @@ class Suite:
                 srv, self.pool, view="max_visit", keys=rest, trials=trials))
         self.save()
         with InProcServer(self.joins5(), self.spark) as srv:
-            # A 5-table join keyed on one table's column (issue 14, part 6).
+            # A 5-table join keyed on one table's column.
             cats = [f"c{i}" for i in range(v["categories"])]
             sec["cold"].append(reads.miss_path(
                 srv, view="region_visits", sql=ds.REGION_VISITS_SQL.replace("?", "{key}"),

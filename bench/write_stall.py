@@ -1,4 +1,4 @@
-"""Regression benchmark for the write stall of issue 12 (a benchmark, not a test).
+"""Regression benchmark for a write stall (a benchmark, not a test).
 
 Big writes through the visits view once stalled: at 1000 rows per write and 4 writers the
 published run acknowledged 952 rows/s, and about half of the writes waited ~8 s. This runs

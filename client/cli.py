@@ -382,6 +382,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``partialflow`` console script; returns the exit status."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # The reader went away (`partialflow graph v | head`): it has what it wanted, so no
+        # error line. Python would also complain when it flushes stdout at exit; point
+        # stdout at /dev/null first (the recipe of the `signal` module's documentation).
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+
+
+def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     if not args.remote:
         return args.run(args)
@@ -400,6 +412,8 @@ def main(argv: list[str] | None = None) -> int:
             return args.run(client, args)
     except PartialflowError as err:
         print(error_line(err), file=sys.stderr)
+    except BrokenPipeError:
+        raise  # not an error of the command: see main
     except (CommandError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
     except KeyboardInterrupt:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The benchmark harness from a fresh clone: make .venv as the README's set-up does
+# The benchmark harness from a fresh clone: make .venv as docs/getting-started.md's set-up does
 # (scripts/bootstrap.sh), add the 'bench' extra (matplotlib) if it is missing, then run
 # bench/run.py with the given arguments (e.g. --quick).
 set -euo pipefail

@@ -17,7 +17,7 @@ fi
 want="$( (cat pyproject.toml; pwd) | sha256sum | cut -d' ' -f1)"
 have="$(cat "$STAMP" 2>/dev/null || true)"
 if [ "$want" != "$have" ]; then
-    echo "bootstrap: installing partialflow[test] into $VENV" >&2
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[test]"
+    echo "bootstrap: installing partialflow[test,docs] into $VENV" >&2
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[test,docs]"
     echo "$want" > "$STAMP"
 fi

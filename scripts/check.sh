@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Lint, types and layering: ruff check, mypy (server/, operators/, proto/values.py) and
-# lint-imports (the import-linter contracts). All configuration is in pyproject.toml.
+# Lint, types, layering and the docs: ruff check, mypy (server/, operators/,
+# proto/values.py), lint-imports (the import-linter contracts) and mkdocs build --strict
+# (a broken link or a missing page in docs/ fails). Configuration: pyproject.toml, mkdocs.yml.
 # Each step runs even if an earlier one failed; the exit status is non-zero if any failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -21,4 +22,6 @@ echo "== mypy" >&2
 .venv/bin/mypy || status=1
 echo "== lint-imports" >&2
 PYTHONPATH=build/typecheck .venv/bin/lint-imports || status=1
+echo "== mkdocs build --strict" >&2
+NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet --site-dir build/site || status=1
 exit $status

@@ -6,7 +6,8 @@
 #   scripts/spark-cluster.sh start DIR     master + workers (starts only what is not running)
 #   scripts/spark-cluster.sh connect DIR   + a Spark Connect server on the cluster
 #   scripts/spark-cluster.sh stop-connect DIR   stop the Spark Connect server only
-#   scripts/spark-cluster.sh status DIR    what runs, and the master's view of its workers
+#   scripts/spark-cluster.sh status DIR    what runs, and the master's view of its workers;
+#                                          exit 0 all running, 1 a daemon died, 3 none runs
 #   scripts/spark-cluster.sh stop DIR      stop everything started in DIR
 #
 # Everything goes into DIR: logs (*.log), pid files (master.pid, worker-N.pid, connect.pid),
@@ -34,6 +35,7 @@ usage() {
 }
 [ $# -eq 2 ] || usage
 CMD=$1
+GIVEN=$2  # DIR as the user wrote it, for messages
 mkdir -p "$2"
 DIR=$(cd "$2" && pwd)  # absolute: the daemons run with their own working directories
 
@@ -161,6 +163,12 @@ connect() {
 
 status() {
     local name rc=0
+    if ! ls "$DIR"/*.pid >/dev/null 2>&1; then
+        # Never started here, or stopped (stop removes the pid files): say so, with the
+        # status LSB init scripts use for "not running".
+        echo "no Spark cluster runs in $GIVEN (start one: scripts/spark-cluster.sh start $GIVEN)"
+        return 3
+    fi
     for name in master $(seq -f "worker-%g" 1 "$WORKERS") connect; do
         if alive "$name"; then
             echo "$name: running (pid $(cat "$DIR/$name.pid"))"

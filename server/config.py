@@ -3,7 +3,7 @@
 ``SERVE_OPTIONS`` lists every ``partialflow serve`` flag with the environment variable that
 can stand in for it (``--memory-limit`` <- ``PARTIALFLOW_MEMORY_LIMIT``); the CLI builds its
 parser from that table and ``resolve_config`` applies the precedence flag > environment >
-default, so the README table, the parser and the code cannot drift apart.
+default, so the docs' table (generated from it), the parser and the code cannot drift apart.
 """
 
 from __future__ import annotations

@@ -44,11 +44,6 @@ _SQL_DEFAULTS: dict[str, str] = {
     # Small scans dominate (key-filtered upqueries); don't adaptively re-plan them into
     # many stages.
     "spark.sql.adaptive.enabled": "false",
-    # PySpark 4 records the Python call site of every Column function (F.col, select, ...)
-    # for error messages: several Py4J round trips and a stack walk per call. An upquery
-    # builds its plan from dozens of such calls, and profiling a cold read showed most of
-    # its time there rather than in the Spark job; the call sites are never shown to users.
-    "spark.python.sql.dataFrameDebugging.enabled": "false",
 }
 
 
@@ -59,6 +54,14 @@ def _driver_defaults() -> dict[str, str]:
         "spark.ui.showConsoleProgress": "false",
         "spark.default.parallelism": "2",
         "spark.driver.memory": os.environ.get("PARTIALFLOW_SPARK_DRIVER_MEMORY", "2g"),
+        # PySpark 4 records the Python call site of every Column function (F.col, select,
+        # ...) for error messages: several Py4J round trips and a stack walk per call. An
+        # upquery builds its plan from dozens of such calls, and profiling a cold read
+        # showed most of its time there rather than in the Spark job; the call sites are
+        # never shown to users. A static setting: it can only be given before the session
+        # starts, so a Spark Connect client cannot set it (Connect refused it at every
+        # start, with a warning), and through Connect there are no Py4J round trips to save.
+        "spark.python.sql.dataFrameDebugging.enabled": "false",
     }
 
 

@@ -4,7 +4,7 @@ It creates its own tables and views (under a name prefix), runs concurrent write
 readers with evictions (and, on a server with test hooks, injected Spark faults), then
 verifies every read against Spark at the read's own LSN and every acknowledged write
 against the final tables, prints a report and exits non-zero on any wrong answer or lost
-write. See README.md, "Checking a server: partialflow stress".
+write. See docs/testing.md.
 
 Modules: ``workload`` (tables, views, oracles), ``load`` (the threads), ``record`` (what is
 remembered), ``verify`` (the checks), ``report`` (the summary), ``run`` (the sequence),

@@ -260,9 +260,17 @@ def _load(
     for c, t in zip(clients, threads, strict=True):
         if not t.is_alive():
             c.close()
-    for c, t in zip(subscribe_clients, subscriber_threads, strict=True):
-        t.join(timeout=10)  # a heartbeat comes every second; then it records its last rows
+    # Subscribers share the readers' grace: a heartbeat comes every second, and then one
+    # records its last rows. One still waiting for its snapshot (a fill behind a busy
+    # Spark) could keep the run going past "--duration plus up to 5 s" (it was given 10 s
+    # more per subscriber, one after the other): closing its channel cancels the stream,
+    # and it ends with what it had recorded.
+    for t in subscriber_threads:
+        t.join(timeout=max(0.0, grace - time.monotonic()))
+    for c in subscribe_clients:
         c.close()
+    for t in subscriber_threads:
+        t.join(timeout=1.0)
     return journal.now()
 
 

@@ -1,6 +1,6 @@
 """What a stress run creates and reads: tables, views, key domains and their oracles.
 
-The views are DESIGN.md's running examples (the longest visit per category over a join;
+The views are the docs' running examples (the longest visit per category over a join;
 Nexmark Q4's average winning bid per category, a view over a view, and auctions with more
 than ten bids) plus one of each other shape: join, left join, top-k, distinct and union.
 Every name carries the run's prefix, so a run can share a server with other data.

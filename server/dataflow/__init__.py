@@ -1,6 +1,6 @@
 """The dataflow: views kept incrementally up to date, with partial state filled on demand.
 
-Modules, one job each (see DESIGN.md for the ordering rules they implement):
+Modules, one job each (docs/architecture.md lists the ordering rules they implement):
 
 * ``facade``      — ``Dataflow``, what the engine calls (views, lookups, evict, stats);
 * ``executor``    — the one ordered loop and propagation of deltas through operators;

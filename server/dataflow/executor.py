@@ -2,8 +2,8 @@
 
 Packets (``packets.py``) — a write's deltas (tagged with its LSN), upquery replies,
 misses to fill, evictions and graph changes — are processed strictly one at a time, so
-every state changes at well-defined LSN boundaries. The ordering rules (DESIGN.md,
-"Ordering"), and where they live:
+every state changes at well-defined LSN boundaries. The ordering rules (docs/concepts.md,
+"Ordering"; docs/architecture.md lists each with its test), and where they live:
 
 * an update that meets a **hole** is dropped there (``_apply_batch``, ``_process``);
 * a join update whose lookup misses an evict-on-miss index is held by an *index fill* of

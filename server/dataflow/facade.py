@@ -193,7 +193,8 @@ class Dataflow:
         # Free the states now, by reference counting, on the closing thread. Left to the
         # cycle collector (states, nodes and the executor refer to each other), a large
         # state is freed by whichever full collection comes next, a stop-the-world pause
-        # of seconds in whatever still runs in this process (issue 12's write stall).
+        # of seconds in whatever still runs in this process (bench/write_stall.py measures
+        # that write stall).
         with self.executor.lock:
             for st in list(self.executor.evictor.states.values()):
                 st.release()

@@ -47,7 +47,10 @@ def recover(df: Dataflow, views: list[tuple[str, str]], timeout: float) -> list[
     loaded = cp.store.load(lambda m: _unusable(m, last, storage.log_start()))
     if loaded is None:
         df.executor.call(lambda: cp.start_tracking(set())).result()
-        cp.recovery = {"recovered_from": None, "recovery_s": round(time.monotonic() - t0, 3)}
+        # A cold start restored nothing and replayed nothing: say so (0), so the metrics
+        # and stats carry the same keys after every start.
+        cp.recovery = {"recovered_from": None, "recovered_keys": 0, "replayed_writes": 0,
+                       "recovery_s": round(time.monotonic() - t0, 3)}
         log.info("no usable checkpoint: views start cold")
         return views
     m, contents = loaded

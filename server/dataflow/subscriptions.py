@@ -19,7 +19,7 @@ Consistent cuts only: a subscription sends nothing while any of its keys is not 
 key is filled. Every LSN a subscriber is told (snapshot, change batch, heartbeat) is thus
 one at which *all* of its keys' rows as reconstructed are exactly the view's answer, so
 any of them is a valid point to resume from. The price: one key kept blocked delays the
-others' changes (documented in the README).
+others' changes (documented in docs/concepts.md, Subscriptions).
 
 Rows are compared and sent as a read presents them (``reads.present``: ORDER BY/LIMIT
 applied, hidden columns removed), so a subscriber's rows equal a lookup's.

@@ -52,7 +52,7 @@ _lsn_key = attrgetter("lsn")
 
 
 class Storage(CatalogOps):
-    """Durable base tables. See the module docstring and DESIGN.md "Base tables".
+    """Durable base tables. See the module docstring and server/storage/README.md.
 
     ``retention_lsns`` (default 1,000,000): compaction only consolidates rows more than this
     many LSNs older than the flushed LSN (and never past a pinned snapshot), so ``as_of`` reads

@@ -1,6 +1,6 @@
 """Clustering through the server: the live views choose each table's clustering columns,
 explain shows them, compaction sorts by them without changing any answer, and stats()
-reports each upquery's footer-estimated footprint (issue 16 part 4)."""
+reports each upquery's footer-estimated footprint."""
 
 from __future__ import annotations
 

@@ -94,3 +94,15 @@ def test_compaction_is_counted(metered):
 
 def test_metrics_are_off_unless_asked(server):
     assert metrics_port_of(server.server) is None
+
+
+def test_a_cold_start_reports_its_recovery_as_zero(metered):
+    """A fresh data directory has no checkpoint: the recovery gauges say 0 keys restored
+    and 0 writes replayed (they used to be missing until a restart from a checkpoint)."""
+    samples = scrape(metered)
+    assert samples[("partialflow_checkpoint_recovered_keys", ())] == 0
+    assert samples[("partialflow_checkpoint_replayed_writes", ())] == 0
+    assert ("partialflow_checkpoint_recovery_s", ()) in samples
+    with metered.client() as db:
+        recovery = db.stats()["checkpoint"]
+    assert recovery["recovered_keys"] == 0 and recovery["replayed_writes"] == 0

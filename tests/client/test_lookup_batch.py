@@ -1,4 +1,4 @@
-"""``lookup_many`` answers all keys of a call in one columnar block (issue 15, part 1).
+"""``lookup_many`` answers all keys of a call in one columnar block.
 
 Against a real server: the block's answers equal single lookups and Spark SQL over the
 base tables at the LSN reported, for every column type, NULLs, keys that hit, miss or

@@ -1,7 +1,7 @@
 """The tables, rows and views the JVM-free ordering tests run over.
 
 Every view shape of ``tests/dataflow/test_random_shapes.py`` (over the same two tables), a
-few of them together on shared nodes, and DESIGN.md's running examples: the visits
+few of them together on shared nodes, and the docs' running examples: the visits
 MAX-per-category join and the Nexmark Q4 view over a view. Key values are drawn mostly
 from a small domain with one hot key, so groups grow past the bounded MIN/MAX and top-k
 candidates and deletions exhaust them.
@@ -85,7 +85,8 @@ SCENARIOS["shared"] = _shape(
     }
 )
 
-# DESIGN.md example 1: the visits view (MAX per category over a join on another key).
+# Running example 1 (README, docs/concepts.md): the visits view (MAX per category over a
+# join on another key).
 SCENARIOS["visits"] = Scenario(
     tables={"info": [("product", "TEXT"), ("category", "TEXT")],
             "visit": [("product", "TEXT"), ("user", "TEXT"), ("length", "BIGINT")]},
@@ -99,7 +100,7 @@ SCENARIOS["visits"] = Scenario(
     extremes=[("visit", None, 2), ("visit", 0, 2)],
 )
 
-# DESIGN.md example 2: Nexmark Q4 — the average winning bid per category (a view over a
+# Running example 2: Nexmark Q4 — the average winning bid per category (a view over a
 # view) and auctions with many bids (the threshold scaled down to these small tables).
 SCENARIOS["nexmark"] = Scenario(
     tables={

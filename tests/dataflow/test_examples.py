@@ -1,4 +1,5 @@
-"""DESIGN.md's running examples, end to end through the client, checked against Spark."""
+"""The docs' running examples (the visits view, Nexmark Q4), end to end through the
+client, checked against Spark."""
 
 from __future__ import annotations
 

@@ -1,9 +1,10 @@
 """The ordering rules one at a time, each in a chosen interleaving (no JVM, no threads).
 
-DESIGN.md, "Ordering": updates that reach a pending key after the fill's snapshot are
-held and replayed once the reply lands; updates at or before it are in the reply;
-evicting a pending key discards the reply there and re-issues the read; a failed or
-lost reply fails the reads and leaves a hole; concurrent misses share one fill.
+The ordering rules (docs/concepts.md, "Ordering"): updates that reach a pending key
+after the fill's snapshot are held and replayed once the reply lands; updates at or
+before it are in the reply; evicting a pending key discards the reply there and
+re-issues the read; a failed or lost reply fails the reads and leaves a hole; concurrent
+misses share one fill.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Documented SQL semantics that differ between engines, pinned (README, "SQL"): ``/``
+"""Documented SQL semantics that differ between engines, pinned (docs/sql-reference.md): ``/``
 divides as Spark does (7 / 2 = 3.5, never integer division), and FLOAT / REAL name DOUBLE
 in CAST as in CREATE TABLE. Views and ``query()`` agree on both."""
 

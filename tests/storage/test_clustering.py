@@ -1,4 +1,4 @@
-"""Clustered compaction (issue 16 part 4): segments sorted by the clustering columns, in
+"""Clustered compaction: segments sorted by the clustering columns, in
 small row groups, with exactly the same rows at every readable LSN; and the footer
 footprint of a key filter is smaller on a clustered table than on the same data unsorted."""
 

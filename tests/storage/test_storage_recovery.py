@@ -192,7 +192,7 @@ def kill_and_collect(proc: subprocess.Popen, acks: list[tuple[int, int, int]], l
     The child keeps acknowledging writes between the parent's last read and the kill (the
     parent may also simply be descheduled there on a loaded machine). Modelling only the
     lines read before the kill made such writes look like storage bugs: their deletes showed
-    up as "acknowledged rows lost", their inserts as extra rows (issue 2).
+    up as "acknowledged rows lost", their inserts as extra rows.
     """
     if lag:
         time.sleep(lag)
@@ -274,7 +274,7 @@ def test_sigkill_during_concurrent_writes(make_store, tmp_path: Path, rounds: in
 
 
 def test_sigkill_acks_printed_after_last_read_are_modelled(make_store, tmp_path: Path) -> None:
-    """Regression for issue 2: the parent stops reading, the child keeps acknowledging for a
+    """Regression: the parent stops reading, the child keeps acknowledging for a
     while (as when the parent is descheduled), then dies. Before the harness collected the
     acks left in the pipe, this failed every time with "acknowledged rows lost"."""
     check_killed_store(make_store, run_killed_child(tmp_path, 2, None, 0.3))
