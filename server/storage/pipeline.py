@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from partialflow.server.storage import maintenance
 from partialflow.server.storage.record import Pending, net_keys
 from partialflow.server.storage.segments import MemEntry
-from partialflow.server.storage.space import is_space_error
+from partialflow.server.storage.space import fmt_bytes, is_space_error
 from partialflow.server.storage.wal import FRAME_OVERHEAD, WalFull, encode_frame
 
 if TYPE_CHECKING:
@@ -254,6 +254,10 @@ def compactor_loop(st: Storage) -> None:
         for e in over:
             if st._stop_bg:
                 return
+            if not _room_to_compact(st, e):
+                with st._lock:
+                    st._bg_cv.wait_for(lambda: st._stop_bg, timeout=2.0)
+                break
             try:
                 maintenance.compact_table(st, e, tiered=True)
             except Exception as err:
@@ -262,3 +266,36 @@ def compactor_loop(st: Storage) -> None:
                     st._bg_cv.wait_for(lambda: st._stop_bg, timeout=delay)
                 break
             st.retries["compaction"].succeeded()
+
+
+def _room_to_compact(st: Storage, entry: Any) -> bool:
+    """Whether the disk has room for a copy of ``entry``'s segments (what a compaction
+    writes before it deletes its inputs) beside the reserve and the next flush. A background
+    compaction that cannot fit is not started: it would fill the disk, refuse writes while
+    it runs, and fail anyway."""
+    if st._space is None:
+        return True
+    with st._lock:
+        tm = st._manifest.tables.get(entry.id)
+        files = [st._table_dir(entry.schema.name) / s.file for s in tm.segments] if tm else []
+        flush = st._mem_bytes
+    size = 0
+    for f in files:
+        try:
+            size += f.stat().st_size
+        except OSError:
+            pass
+    free = st._space.free_bytes()
+    need = size + flush + st._space.reserve
+    if free >= need:
+        if entry.id in st._space.deferred:
+            st._space.deferred.discard(entry.id)
+            log.info("background compaction of %s resumes: %s free", entry.schema.name,
+                     fmt_bytes(free))
+        return True
+    if entry.id not in st._space.deferred:
+        st._space.deferred.add(entry.id)
+        log.warning("background compaction of %s waits for room: it needs about %s (a copy of "
+                    "its segments, the next flush and the reserve), %s free",
+                    entry.schema.name, fmt_bytes(need), fmt_bytes(free))
+    return False

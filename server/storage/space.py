@@ -86,6 +86,8 @@ class DiskSpace:
         self._episode_refused = 0
         self._last_free = vfs.f_bavail * vfs.f_frsize
         self._lock = threading.Lock()
+        # Table ids whose background compaction waits for room (the compactor's, logged once).
+        self.deferred: set[int] = set()
 
     def free_bytes(self) -> int:
         """Bytes this process may still write on the data directory's filesystem."""
