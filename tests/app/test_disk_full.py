@@ -155,7 +155,7 @@ def _scenario(srv: InProcessServer, filler) -> tuple[int, dict[int, int]]:
                 rows = _rows(next_id, BATCH)
                 next_id += BATCH
                 try:
-                    last = c.insert("ev", rows)
+                    c.insert("ev", rows)
                 except ResourceExhausted as err:
                     refused.extend(r[0] for r in rows)
                     refusals += 1

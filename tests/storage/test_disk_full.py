@@ -16,7 +16,6 @@ from collections import Counter
 from pathlib import Path
 
 import pyarrow.parquet as pq
-import pytest
 from conftest import KEYED
 from tmpfs import fill, free_bytes, small_tmpfs
 
