@@ -53,7 +53,7 @@ class Readers:
     def _run(self, address: str) -> None:
         from partialflow.client import Client
 
-        with Client(address, timeout=60) as c:
+        with Client(address, timeout=120) as c:
             while not self.stop.is_set():
                 for k in range(KEYS):
                     try:
@@ -77,7 +77,7 @@ def _expected(c, lsn: int) -> dict[int, list[tuple]]:
     return {row[0]: [tuple(row)] for row in got.rows}
 
 
-def _check_reads(c, reads: list[tuple[int, int, list]], max_lsns: int = 4) -> int:
+def _check_reads(c, reads: list[tuple[int, int, list]], max_lsns: int = 2) -> int:
     """Reads against Spark at their LSN (the newest ``max_lsns`` LSNs seen); returns how
     many were checked."""
     lsns = sorted({lsn for _, lsn, _ in reads})[-max_lsns:]
@@ -112,7 +112,9 @@ def test_a_full_disk_refuses_writes_keeps_reads_and_recovers(tmp_path, spark):
         filler = mnt / "filler"
         filler.write_bytes(os.urandom(2 << 20))  # the room an operator frees later
         data = mnt / "data"
-        srv = InProcessServer(data, spark, flush_interval=0.2, max_segments=6,
+        # Background compaction off: a compaction that finds no room is tested on its own
+        # (tests/storage/test_disk_full.py); here the explicit one after the disk is grown.
+        srv = InProcessServer(data, spark, flush_interval=0.2, max_segments=10**6,
                               checkpoint_interval=1.0).start()
         try:
             last_lsn, acked = _scenario(srv, filler)
@@ -121,14 +123,15 @@ def test_a_full_disk_refuses_writes_keeps_reads_and_recovers(tmp_path, spark):
         # A restart on the same directory: every acknowledged row, nothing else.
         again = InProcessServer(data, spark, checkpoint_interval=1.0).start()
         try:
-            with again.client() as c:
+            with again.client(timeout=120) as c:
                 lsn = c.stats()["lsn"]
                 assert lsn == last_lsn
                 got = Counter(tuple(r) for r in c.query("SELECT id, k FROM ev").rows)
                 assert got == Counter(acked.items())
                 want = _expected(c, lsn)
+                got_view = c.lookup_many("v", list(range(KEYS)))
                 for k in range(KEYS):
-                    assert [tuple(r) for r in c.lookup("v", k).rows] == want.get(k, [])
+                    assert [tuple(r) for r in got_view[k].rows] == want.get(k, [])
         finally:
             again.stop()
 
@@ -137,14 +140,13 @@ def _scenario(srv: InProcessServer, filler) -> tuple[int, dict[int, int]]:
     """Fill, check, free, check; returns the last LSN and the acknowledged rows (id -> k)."""
     acked: dict[int, int] = {}  # id -> k of every acknowledged row
     refused: list[int] = []
-    with srv.client() as c:
+    with srv.client(timeout=120) as c:
         c.execute("CREATE TABLE ev (id BIGINT PRIMARY KEY, k BIGINT, pad TEXT)")
         c.execute(f"CREATE VIEW v AS {VIEW}")
         next_id = BATCH
         c.insert("ev", _rows(0, BATCH))
         acked.update((i, i % KEYS) for i in range(BATCH))
-        for k in range(KEYS):  # filled now: the readers' lookups are hits from here on
-            c.lookup("v", k)
+        c.lookup_many("v", list(range(KEYS)))  # filled: the readers' lookups are hits
         with Readers(srv.address) as readers:
             # Fill the disk: the server frees what it can by itself (flushed log files), so
             # go on until every write has been refused for a while.
@@ -172,10 +174,10 @@ def _scenario(srv: InProcessServer, filler) -> tuple[int, dict[int, int]]:
             full_since = time.monotonic()
             stats = c.stats()["storage"]
             assert stats["disk_short"] == 1 and stats["writes_refused_disk_full"] >= refusals
-            assert stats["disk_free_bytes"] < 2 << 20
-            # The command line says so in one line (a write bigger than what is free: a
-            # small one may still fit).
-            done = _cli_insert(srv.address, 10**9, stats["disk_free_bytes"] + (1 << 20))
+            assert 0 < stats["disk_free_bytes"] < 8 << 20
+            # The command line says so in one line (a write the size of the volume: smaller
+            # ones may fit again once the server has deleted log files it flushed).
+            done = _cli_insert(srv.address, 10**9, 8 << 20)
             assert done.returncode == 1
             assert done.stderr.startswith("error: RESOURCE_EXHAUSTED: disk full: ")
             assert str(srv.data_dir) in done.stderr

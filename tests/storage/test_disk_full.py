@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import threading
 import time
 from collections import Counter
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 from conftest import KEYED
 from tmpfs import fill, free_bytes, small_tmpfs
 
@@ -204,3 +206,30 @@ def test_a_checkpoint_out_of_space_leaves_nothing_and_the_next_one_works(tmp_pat
             assert err is None and m is not None and m.lsn == 3 and store.head is m
         finally:
             store.close()
+
+
+def test_a_compaction_out_of_space_leaves_nothing_and_works_once_there_is_room(
+        tmp_path, make_store):
+    with small_tmpfs(tmp_path / "mnt", "8m") as mnt:
+        st = make_store(mnt / "data", retention_lsns=0)
+        st.create_table(KEYED)
+        expected: Counter = Counter()
+        for part in range(3):  # three segments of random, incompressible text
+            rows = [(part * 100 + i, os.urandom(2000).hex()) for i in range(100)]
+            st.write("u", rows)
+            expected.update(rows)
+            st.flush()
+        table_dir = st._table_dir("u")
+        before = _files(table_dir)
+        filler = mnt / "filler"
+        fill(filler, leave=256 << 10)  # less than a copy of the table
+        with pytest.raises(ResourceExhausted, match="compaction of u failed: no space left"):
+            st.compact("u")
+        assert _files(table_dir) == before  # no temporary directory, no new segment
+        assert st.stats()["segments"]["u"] == 3 and _rows(st) == expected
+
+        filler.unlink()
+        report = st.compact("u")
+        assert report["segments_after"] == 1 and len(_files(table_dir)) == 1
+        assert _rows(st) == expected
+        st.close()  # before the volume goes
