@@ -233,3 +233,40 @@ def test_a_compaction_out_of_space_leaves_nothing_and_works_once_there_is_room(
         assert report["segments_after"] == 1 and len(_files(table_dir)) == 1
         assert _rows(st) == expected
         st.close()  # before the volume goes
+
+
+def test_a_row_index_update_that_finds_the_disk_full_is_rolled_back_and_retried(
+        make_store, monkeypatch):
+    """sqlite's SQLITE_FULL in the indexer used to exit the process; now the batch is
+    rolled back and applied again later, and checks stay exact meanwhile."""
+    import sqlite3
+
+    from partialflow.server.errors import AlreadyExists
+    from partialflow.server.storage.rowindex import RowIndex
+
+    st = make_store()
+    st.create_table(KEYED)
+    real = RowIndex.apply_keys
+    fail = [2]
+
+    def full(self, *args):
+        if fail[0]:
+            fail[0] -= 1
+            real(self, *args)  # part of the batch went in before the disk filled
+            raise sqlite3.OperationalError("database or disk is full")
+        real(self, *args)
+
+    monkeypatch.setattr(RowIndex, "apply_keys", full)
+    last = 0
+    for i in range(20):
+        last = st.write("u", [(i, f"n{i}")])
+    with pytest.raises(AlreadyExists):  # key 3 is known (the overlay keeps it until indexed)
+        st.write("u", [(3, "again")])
+    _wait(lambda: st.stats()["index_lsn"] == last)
+    assert st.stats()["index_failures"] == 2 and fail == [0]
+    with pytest.raises(AlreadyExists):  # and the index has it once retried
+        st.write("u", [(3, "again")])
+    assert st._index is not None
+    tid = st.table_ids()["u"]
+    assert st._index.reader.execute(f"SELECT COUNT(*) FROM k_{tid}").fetchone() == (20,)
+    assert _rows(st) == Counter((i, f"n{i}") for i in range(20))
