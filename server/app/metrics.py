@@ -50,7 +50,7 @@ _STORAGE = {
     "disk_reserve_bytes": ("partialflow_disk_reserve_bytes",
                            "Free space kept beyond queued writes and the next flush.", False),
     "disk_short": ("partialflow_disk_short",
-                   "1 while writes are refused for lack of disk space.", False),
+                   "1 from a write refused for lack of space until a reserve is spare.", False),
     "writes_refused_disk_full": ("partialflow_writes_refused_disk_full",
                                  "Writes refused with RESOURCE_EXHAUSTED for lack of space.", True),
     "flush_failures": ("partialflow_storage_flush_failures",

@@ -230,6 +230,10 @@ def flusher_loop(st: Storage) -> None:
                     assert st._wal is not None
                     st._wal.maybe_rotate(force=True)
             maintenance.truncate_wal(st)
+            if st._space is not None and st._space.short:
+                free = st._space.free_bytes()
+                with st._lock:
+                    st._space.settle(free, st._pending_bytes, st._mem_bytes)
         except Exception as err:  # e.g. no space: the memtable and the log keep every row
             delay = st.retries["flush"].failed(err)
             with st._lock:

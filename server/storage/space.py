@@ -70,8 +70,9 @@ class DiskSpace:
     """The free-space check of one data directory, and its figures.
 
     ``check`` runs under the storage lock (its counters rely on that); ``free_bytes`` and
-    ``stats`` may run anywhere. The first refusal of an episode (a run of refusals with no
-    write accepted between them) is logged as a warning, its end once; not every write.
+    ``stats`` may run anywhere. An episode starts with a refused write and ends when a write
+    finds a reserve's worth of room beyond what it needs; its start is logged as a warning
+    and its end once, not every refused write.
     """
 
     def __init__(self, path: Path, reserve: int | None = None) -> None:
@@ -106,11 +107,7 @@ class DiskSpace:
         reserve. Call under the storage lock, before the write takes an LSN."""
         need = write_bytes + queued_bytes + flush_bytes + self.reserve
         if free >= need:
-            if self._short:
-                self._short = False
-                log.info(
-                    "disk space available again on %s (%s free): writes accepted after %d "
-                    "were refused", self.path, fmt_bytes(free), self._episode_refused)
+            self.settle(free - write_bytes, queued_bytes, flush_bytes)
             return
         with self._lock:
             self.refused += 1
@@ -132,6 +129,16 @@ class DiskSpace:
             "(--disk-reserve)); nothing was written. Free space on that filesystem and "
             "retry: writes resume by themselves"
         )
+
+    def settle(self, free: int, queued_bytes: int, flush_bytes: int) -> None:
+        """End the episode if ``free`` leaves a reserve's worth of room to spare beyond what
+        writes need (so small writes squeezing in between refused big ones do not start a
+        new episode each time). Called by ``check`` and, while short, by the flusher, so an
+        idle server notices too. Under the storage lock."""
+        if self._short and free >= queued_bytes + flush_bytes + 2 * self.reserve:
+            self._short = False
+            log.info("disk space available again on %s (%s free): writes accepted after %d "
+                     "were refused", self.path, fmt_bytes(free), self._episode_refused)
 
     def refuse_group(self, n: int, err: BaseException) -> ResourceExhausted:
         """The error for ``n`` writes whose log append ran out of space (a race past
