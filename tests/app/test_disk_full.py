@@ -211,3 +211,18 @@ def _scenario(srv: InProcessServer, filler) -> tuple[int, dict[int, int]]:
         assert got == Counter(acked.items())
         assert not set(refused) & {i for i, _ in got}
         return c.stats()["lsn"], acked
+
+
+def test_out_of_space_anywhere_answers_resource_exhausted_not_internal():
+    """A file the free-space check did not foresee (the catalog, a bulk-load registry)
+    running out of room is still a full disk to the client."""
+    import errno
+
+    import grpc
+
+    from partialflow.server.app.service import _status
+
+    code, message = _status(OSError(errno.ENOSPC, "No space left on device"), "Execute")
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and "no space left" in message
+    code, _ = _status(OSError(errno.EACCES, "Permission denied"), "Execute")
+    assert code == grpc.StatusCode.INTERNAL
