@@ -114,6 +114,8 @@ class Config:
             value = getattr(self, name)
             if value is not None and not 0 <= value <= 65535:
                 raise ValueError(f"invalid {name} {value}: must be 0..65535 (0 picks a free one)")
+        if self.disk_reserve is not None and self.disk_reserve < 0:
+            raise ValueError(f"invalid disk reserve {self.disk_reserve}: must not be negative")
         if self.memory_limit is not None and self.memory_limit <= 0:
             raise ValueError(f"invalid memory limit {self.memory_limit}: must be positive")
         if (self.tls_cert is None) != (self.tls_key is None):

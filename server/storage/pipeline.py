@@ -115,8 +115,8 @@ def refuse_group(st: Storage, group: list[Pending], err: OSError) -> None:
                 ov.drop_from(first)
                 if not len(ov):
                     del st._overlays[tid]
-        for p in refused:
-            p.error = error
+        for p in refused:  # one exception per writer: each raises it on its own thread
+            p.error = type(error)(str(error))
         st._ack_cv.notify_all()
 
 

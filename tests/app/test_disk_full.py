@@ -22,6 +22,7 @@ from partialflow.client import PartialflowError, ResourceExhausted
 
 VIEW = "SELECT k, COUNT(*) AS n, SUM(id) AS s FROM ev WHERE k = ? GROUP BY k"
 KEYS = 6
+RESERVE = 400 << 10  # --disk-reserve
 BATCH = 20
 
 
@@ -115,7 +116,7 @@ def test_a_full_disk_refuses_writes_keeps_reads_and_recovers(tmp_path, spark):
         # Background compaction off: a compaction that finds no room is tested on its own
         # (tests/storage/test_disk_full.py); here the explicit one after the disk is grown.
         srv = InProcessServer(data, spark, flush_interval=0.2, max_segments=10**6,
-                              checkpoint_interval=1.0).start()
+                              checkpoint_interval=1.0, disk_reserve=RESERVE).start()
         try:
             last_lsn, acked = _scenario(srv, filler)
         finally:
@@ -174,6 +175,7 @@ def _scenario(srv: InProcessServer, filler) -> tuple[int, dict[int, int]]:
             full_since = time.monotonic()
             stats = c.stats()["storage"]
             assert stats["disk_short"] == 1 and stats["writes_refused_disk_full"] >= refusals
+            assert stats["disk_reserve_bytes"] == RESERVE
             assert 0 < stats["disk_free_bytes"] < 8 << 20
             # The command line says so in one line (a write the size of the volume: smaller
             # ones may fit again once the server has deleted log files it flushed).

@@ -26,6 +26,7 @@ from partialflow.server.errors import ResourceExhausted
 from partialflow.server.storage import Storage
 from partialflow.server.storage import catalog as catalog_mod
 from partialflow.server.storage import segments as segments_mod
+from partialflow.server.storage.space import DiskSpace, default_reserve
 
 
 def _enospc() -> OSError:
@@ -45,6 +46,14 @@ def _wait(cond, timeout: float = 30.0) -> None:
 
 def _files(d: Path) -> set[str]:
     return {p.name for p in d.iterdir()} if d.exists() else set()
+
+
+def test_the_default_reserve_is_64_mib_or_a_sixteenth_of_a_small_filesystem(tmp_path):
+    vfs = os.statvfs(tmp_path)
+    size = vfs.f_blocks * vfs.f_frsize
+    assert DiskSpace(tmp_path).reserve == min(64 << 20, size // 16)
+    assert DiskSpace(tmp_path, 12345).reserve == 12345
+    assert default_reserve(8 << 20) == 512 << 10 and default_reserve(1 << 40) == 64 << 20
 
 
 def test_a_flush_that_runs_out_of_space_leaves_no_file_and_is_retried(make_store, monkeypatch):
