@@ -8,7 +8,7 @@ after it and every write queued before it, room for the next flush of the memtab
 the memtable's Arrow size) plus a fixed reserve (``--disk-reserve``: the log's next file,
 the row index, manifests, checkpoints). Otherwise it is refused with RESOURCE_EXHAUSTED and
 nothing is written; reads need no space and go on. Writes resume by themselves once space
-is freed: every write measures the filesystem again (one ``statvfs``, a microsecond or two).
+is freed: every write measures the filesystem again (one ``statvfs``, a few microseconds).
 """
 
 from __future__ import annotations
