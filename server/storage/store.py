@@ -329,6 +329,9 @@ class Storage(CatalogOps):
             # Backpressure: bound the rows accepted but not yet indexed (the overlay's size).
             while self._index_backlog > self.max_index_backlog and self._state == "open":
                 self._ack_cv.wait()
+                free = -1
+            if free < 0:  # waited: measure again (a statvfs, cheap even under the lock)
+                free = space.free_bytes()
             self._check_open()
             if entry.id not in self._live:
                 raise NotFound(f"table '{schema.name}' was dropped")
