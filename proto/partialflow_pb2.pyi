@@ -194,7 +194,7 @@ class Percentiles(_message.Message):
     def __init__(self, p50: _Optional[float] = ..., p90: _Optional[float] = ..., p99: _Optional[float] = ..., count: _Optional[int] = ...) -> None: ...
 
 class StorageStats(_message.Message):
-    __slots__ = ("lsn", "flushed_lsn", "index_lsn", "horizon", "segments", "memtable_rows", "flushes", "compactions", "fsyncs", "wal_bytes", "wal_files", "pinned_snapshots", "clustering")
+    __slots__ = ("lsn", "flushed_lsn", "index_lsn", "horizon", "segments", "memtable_rows", "flushes", "compactions", "fsyncs", "wal_bytes", "wal_files", "pinned_snapshots", "clustering", "disk_free_bytes", "disk_reserve_bytes", "disk_short", "writes_refused_disk_full", "disk_full_episodes", "flush_failures", "compaction_failures", "index_failures")
     class HorizonEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -229,6 +229,14 @@ class StorageStats(_message.Message):
     WAL_FILES_FIELD_NUMBER: _ClassVar[int]
     PINNED_SNAPSHOTS_FIELD_NUMBER: _ClassVar[int]
     CLUSTERING_FIELD_NUMBER: _ClassVar[int]
+    DISK_FREE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    DISK_RESERVE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    DISK_SHORT_FIELD_NUMBER: _ClassVar[int]
+    WRITES_REFUSED_DISK_FULL_FIELD_NUMBER: _ClassVar[int]
+    DISK_FULL_EPISODES_FIELD_NUMBER: _ClassVar[int]
+    FLUSH_FAILURES_FIELD_NUMBER: _ClassVar[int]
+    COMPACTION_FAILURES_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FAILURES_FIELD_NUMBER: _ClassVar[int]
     lsn: int
     flushed_lsn: int
     index_lsn: int
@@ -242,7 +250,15 @@ class StorageStats(_message.Message):
     wal_files: int
     pinned_snapshots: int
     clustering: _containers.MessageMap[str, ClusterColumns]
-    def __init__(self, lsn: _Optional[int] = ..., flushed_lsn: _Optional[int] = ..., index_lsn: _Optional[int] = ..., horizon: _Optional[_Mapping[str, int]] = ..., segments: _Optional[_Mapping[str, int]] = ..., memtable_rows: _Optional[int] = ..., flushes: _Optional[int] = ..., compactions: _Optional[int] = ..., fsyncs: _Optional[int] = ..., wal_bytes: _Optional[int] = ..., wal_files: _Optional[int] = ..., pinned_snapshots: _Optional[int] = ..., clustering: _Optional[_Mapping[str, ClusterColumns]] = ...) -> None: ...
+    disk_free_bytes: int
+    disk_reserve_bytes: int
+    disk_short: int
+    writes_refused_disk_full: int
+    disk_full_episodes: int
+    flush_failures: int
+    compaction_failures: int
+    index_failures: int
+    def __init__(self, lsn: _Optional[int] = ..., flushed_lsn: _Optional[int] = ..., index_lsn: _Optional[int] = ..., horizon: _Optional[_Mapping[str, int]] = ..., segments: _Optional[_Mapping[str, int]] = ..., memtable_rows: _Optional[int] = ..., flushes: _Optional[int] = ..., compactions: _Optional[int] = ..., fsyncs: _Optional[int] = ..., wal_bytes: _Optional[int] = ..., wal_files: _Optional[int] = ..., pinned_snapshots: _Optional[int] = ..., clustering: _Optional[_Mapping[str, ClusterColumns]] = ..., disk_free_bytes: _Optional[int] = ..., disk_reserve_bytes: _Optional[int] = ..., disk_short: _Optional[int] = ..., writes_refused_disk_full: _Optional[int] = ..., disk_full_episodes: _Optional[int] = ..., flush_failures: _Optional[int] = ..., compaction_failures: _Optional[int] = ..., index_failures: _Optional[int] = ...) -> None: ...
 
 class ClusterColumns(_message.Message):
     __slots__ = ("columns",)

@@ -79,6 +79,10 @@ class Config:
     flush_interval: float = 1.0
     retention_lsns: int = 1_000_000
     max_segments: int = 16
+    # Free space kept on the data directory's filesystem beyond what queued writes and the
+    # next flush need; writes are refused (RESOURCE_EXHAUSTED) below it. None: 64 MiB, or
+    # 1/16 of the filesystem when smaller (storage/space.py).
+    disk_reserve: int | None = None
     # Seconds in-flight calls get to finish on SIGTERM before they are cancelled.
     grace: float = 5.0
     max_message_bytes: int = 512 * 1024 * 1024
@@ -110,6 +114,8 @@ class Config:
             value = getattr(self, name)
             if value is not None and not 0 <= value <= 65535:
                 raise ValueError(f"invalid {name} {value}: must be 0..65535 (0 picks a free one)")
+        if self.disk_reserve is not None and self.disk_reserve < 0:
+            raise ValueError(f"invalid disk reserve {self.disk_reserve}: must not be negative")
         if self.memory_limit is not None and self.memory_limit <= 0:
             raise ValueError(f"invalid memory limit {self.memory_limit}: must be positive")
         if (self.tls_cert is None) != (self.tls_key is None):
@@ -297,6 +303,14 @@ SERVE_OPTIONS: tuple[Option, ...] = (
         _int,
         "compact a table past this many segments (default 16)",
         "N",
+    ),
+    Option(
+        "--disk-reserve",
+        "disk_reserve",
+        parse_size,
+        "free space kept on the data filesystem; writes are refused below it (default 64MB, "
+        "or 1/16 of the filesystem if smaller)",
+        "SIZE",
     ),
     Option(
         "--grace", "grace", _float, "seconds in-flight calls get on SIGTERM (default 5)", "SECONDS"

@@ -99,6 +99,7 @@ class Engine:
             flush_interval=config.flush_interval,
             retention_lsns=config.retention_lsns,
             max_segments=config.max_segments,
+            disk_reserve=config.disk_reserve,
             wal_hold=self.checkpoints.newest_lsn() if self.checkpoints is not None else None,
         )
         self.storage.open()

@@ -44,6 +44,21 @@ _STORAGE = {
     "wal_bytes": ("partialflow_wal_bytes", "Bytes in the write-ahead log.", False),
     "memtable_rows": ("partialflow_memtable_rows", "Rows logged but not yet flushed.", False),
     "pinned_snapshots": ("partialflow_pinned_snapshots", "Snapshots held by reads.", False),
+    # A full disk (storage/space.py): writes are refused, background work retried.
+    "disk_free_bytes": ("partialflow_disk_free_bytes",
+                        "Free bytes on the data directory's filesystem.", False),
+    "disk_reserve_bytes": ("partialflow_disk_reserve_bytes",
+                           "Free space kept beyond queued writes and the next flush.", False),
+    "disk_short": ("partialflow_disk_short",
+                   "1 from a write refused for lack of space until a reserve is spare.", False),
+    "writes_refused_disk_full": ("partialflow_writes_refused_disk_full",
+                                 "Writes refused with RESOURCE_EXHAUSTED for lack of space.", True),
+    "flush_failures": ("partialflow_storage_flush_failures",
+                       "Background flushes that failed (retried with backoff).", True),
+    "compaction_failures": ("partialflow_storage_compaction_failures",
+                            "Background compactions that failed (retried with backoff).", True),
+    "index_failures": ("partialflow_storage_index_failures",
+                       "Row index updates that found the disk full (retried).", True),
 }
 # Dataflow-wide figures that are not counters of executor events.
 _NOT_EVENTS = {

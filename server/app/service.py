@@ -41,6 +41,7 @@ from partialflow.server.app.answers import (
 )
 from partialflow.server.engine import Engine, ResultSet
 from partialflow.server.errors import InvalidArgument, PartialflowError, ResourceExhausted
+from partialflow.server.storage.space import is_space_error
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +82,9 @@ def _status(err: Exception, method: str) -> tuple[grpc.StatusCode, str]:
         return err.code, details(err)
     if isinstance(err, WireError):
         return grpc.StatusCode.INVALID_ARGUMENT, details(err)
+    if is_space_error(err):  # out of room where no check foresaw it (docs/disk-full.md)
+        log.warning("%s: no space left: %s", method, err)
+        return grpc.StatusCode.RESOURCE_EXHAUSTED, details(f"{method}: no space left: {err}")
     if isinstance(err, RecursionError):  # the SQL parser and planner recurse along the statement
         log.warning("%s: RecursionError, answered as a statement too deep", method)
         return grpc.StatusCode.INVALID_ARGUMENT, TOO_DEEP

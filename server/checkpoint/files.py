@@ -192,16 +192,25 @@ class DataFile:
         self.bytes += len(head) + len(payload)
 
     def commit(self) -> FileRef:
-        self._f.flush()
-        os.fsync(self._f.fileno())
-        self._f.close()
-        os.replace(self.tmp, self.path)
+        try:
+            self._f.flush()
+            os.fsync(self._f.fileno())
+            self._f.close()
+            os.replace(self.tmp, self.path)
+        except BaseException:  # e.g. no space for the buffered tail: leave nothing behind
+            self.abort()
+            raise
         return FileRef(self.name, self.bytes, self._sha.hexdigest())
 
     def abort(self) -> None:
+        """Remove the file, written or not (no manifest names it yet)."""
         if not self._f.closed:
-            self._f.close()
+            try:
+                self._f.close()  # flushes what is buffered: may fail for space again
+            except OSError:
+                pass
         self.tmp.unlink(missing_ok=True)
+        self.path.unlink(missing_ok=True)
 
 
 def write_manifest(directory: Path, m: Manifest) -> None:
@@ -209,11 +218,15 @@ def write_manifest(directory: Path, m: Manifest) -> None:
     fsync_dir(directory)  # the data files' renames first
     path = directory / manifest_name(m.seq)
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(json.dumps(m.to_json(), indent=1, sort_keys=True).encode())
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(json.dumps(m.to_json(), indent=1, sort_keys=True).encode())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:  # not published: the previous checkpoint stays the newest
+        tmp.unlink(missing_ok=True)
+        raise
     fsync_dir(directory)
 
 
@@ -311,7 +324,12 @@ class ChainWriter:
             ref = f.commit()
             manifest = make(ref)
             manifest.duration_s += time.monotonic() - t0
-            write_manifest(f.path.parent, manifest)
+            try:
+                write_manifest(f.path.parent, manifest)
+            except BaseException:
+                if not (f.path.parent / manifest_name(manifest.seq)).exists():
+                    f.abort()  # e.g. no space: a data file no manifest names is garbage
+                raise
         except BaseException as e:  # reported to the checkpointer, which logs it
             error, manifest = e, None
         done(manifest, error)

@@ -143,20 +143,25 @@ class CheckpointStore:
         """Merge ``m``'s chain into one full file: a new checkpoint at the same LSN."""
         t0 = time.monotonic()
         seq = self.next_seq()
-        f = DataFile(self.dir, seq)
+        try:
+            f = DataFile(self.dir, seq)
+        except OSError as e:  # e.g. no space (or inodes) left: the chain stays as it is
+            log.error("compacting checkpoint %d failed: %s; its chain stays", m.seq, e)
+            return
         try:
             contents = merge.load_chain(self.dir, m)
             for chunk in merge.full_chunks(contents):
                 f.append(merge.dumps(chunk))
             ref = f.commit()
+            c = Manifest(seq, m.lsn, "compacted", [ref], m.views, m.tables, m.states,
+                         m.catalog_version, created=m.created, duration_s=time.monotonic() - t0,
+                         bytes_written=ref.bytes, extra={"compacted_from": m.seq})
+            write_manifest(self.dir, c)
         except BaseException:
-            f.abort()
+            if not (self.dir / manifest_name(seq)).exists():
+                f.abort()  # e.g. no space: nothing names the new file, so it goes
             log.exception("compacting checkpoint %d failed; its chain stays", m.seq)
             return
-        c = Manifest(seq, m.lsn, "compacted", [ref], m.views, m.tables, m.states,
-                     m.catalog_version, created=m.created, duration_s=time.monotonic() - t0,
-                     bytes_written=ref.bytes, extra={"compacted_from": m.seq})
-        write_manifest(self.dir, c)
         self.head = c
         self.compactions += 1
         log.info("checkpoint chain of %d files compacted into %s (%d bytes, LSN %d) in %.2f s",

@@ -100,6 +100,7 @@ class Checkpointer:
         self.last: Manifest | None = store.head
         self.taken = 0
         self.failed = 0
+        self._streak = 0  # failures in a row (writer thread)
         self.last_error = ""
         self.recovery: dict[str, Any] = {}
 
@@ -140,7 +141,10 @@ class Checkpointer:
         if self._work is None:
             with self._lock:
                 asked = bool(self._requests)
-            due = self.interval > 0 and self.clock() - self._last_start >= self.interval
+            # After failures in a row (a full disk, most likely), wait 2, 4, 8, 16 times
+            # the interval: a failed one forces a full checkpoint next, the costliest kind.
+            wait = self.interval * 2 ** min(self._streak, 4)
+            due = self.interval > 0 and self.clock() - self._last_start >= wait
             if not (asked or due) or not self.store.writer.idle():
                 return
             self._start()
@@ -213,8 +217,10 @@ class Checkpointer:
             if m is not None:
                 self.last = m
                 self.taken += 1
+                self._streak = 0
             else:
                 self.failed += 1
+                self._streak += 1
                 self.last_error = str(error)
                 # Its changes were taken from the states and are not on disk: only a full
                 # checkpoint can be trusted next.

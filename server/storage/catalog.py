@@ -23,11 +23,15 @@ def atomic_write_json(path: Path, obj: Any) -> None:
     """Durably replace ``path`` with the JSON encoding of ``obj``."""
     tmp = path.with_name(path.name + ".tmp")
     data = json.dumps(obj, indent=1, sort_keys=True).encode()
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:  # e.g. no space: the old file stands, and no temp file is left
+        tmp.unlink(missing_ok=True)
+        raise
     fsync_dir(path.parent)
 
 

@@ -18,6 +18,7 @@ from partialflow.server.storage.schema import TableSchema, check_identifier, val
 if TYPE_CHECKING:
     from partialflow.server.storage.rowindex import RowIndex
     from partialflow.server.storage.segments import MemEntry
+    from partialflow.server.storage.space import DiskSpace
     from partialflow.server.storage.store import Storage
 
 
@@ -39,6 +40,9 @@ class CatalogOps:
     _index: RowIndex | None
     _mem: dict[int, list[MemEntry]]
     _mem_rows: int
+    _mem_bytes: int
+    _pending_bytes: int
+    _space: DiskSpace | None
     _obsolete: set[str]
 
     if TYPE_CHECKING:
@@ -56,6 +60,7 @@ class CatalogOps:
         with self._ddl_lock:
             with self._lock:
                 self._refuse_taken_name(schema.name)
+                self._check_space()
                 cat = Catalog(
                     self._catalog.next_id + 1, dict(self._catalog.tables), list(self._catalog.views)
                 )
@@ -92,7 +97,9 @@ class CatalogOps:
             self._index.drop(entry.id)
             with self._lock:
                 self._manifest = manifest
-                self._mem_rows -= sum(e.batch.num_rows for e in self._mem.pop(entry.id, []))
+                dropped = self._mem.pop(entry.id, [])
+                self._mem_rows -= sum(e.batch.num_rows for e in dropped)
+                self._mem_bytes -= sum(e.batch.nbytes for e in dropped)
                 table_dir = self._table_dir(entry.schema.name)
                 for seg in tm.segments if tm else ():
                     self._obsolete.add(str(table_dir / seg.file))
@@ -123,6 +130,7 @@ class CatalogOps:
         with self._ddl_lock:
             with self._lock:
                 self._refuse_taken_name(name)
+                self._check_space()
                 cat = Catalog(
                     self._catalog.next_id,
                     dict(self._catalog.tables),
@@ -148,6 +156,12 @@ class CatalogOps:
     def views(self) -> list[tuple[str, str]]:
         with self._lock:
             return list(self._catalog.views)
+
+    def _check_space(self) -> None:
+        """Refuse a definition on a full disk as a write is refused (call under the lock);
+        drops need no room, and free some."""
+        if self._space is not None:
+            self._space.check(self._space.free_bytes(), 0, self._pending_bytes, self._mem_bytes)
 
     def _refuse_taken_name(self, name: str) -> None:
         low = name.lower()

@@ -10,10 +10,17 @@ import logging
 import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from partialflow.server.spark_supervisor import spark_guard, spark_up
-from partialflow.server.storage.catalog import Catalog, SegmentMeta, TableEntry, TableManifest
+from partialflow.server.storage.catalog import (
+    Catalog,
+    Manifest,
+    SegmentMeta,
+    TableEntry,
+    TableManifest,
+)
 from partialflow.server.storage.segments import entries_to_table, spark_compact, write_segment
 
 if TYPE_CHECKING:
@@ -35,28 +42,36 @@ def flush(st: Storage) -> None:
             work = {tid: list(ents) for tid, ents in st._mem.items() if ents}
             entries = st._catalog.by_id()
             clustering = dict(st._clustering)
-        new_segs = {}
-        for tid, ents in work.items():
-            entry = entries.get(tid)
-            if entry is None:
-                continue
-            table = entries_to_table(entry.schema, ents)
-            if table.num_rows == 0:
-                continue  # only empty writes
-            table_dir = st._table_dir(entry.schema.name)
-            table_dir.mkdir(parents=True, exist_ok=True)
-            # Sorted like compaction sorts (cheap at flush size), so a miss can skip row
-            # groups of fresh segments too once they are large.
-            new_segs[tid] = write_segment(
-                table_dir, table, clustering.get(entry.schema.name.lower(), ()),
-                st.row_group_rows)
-        with st._lock:
-            manifest = st._manifest.copy()
-        for tid, seg in new_segs.items():
-            tm = manifest.tables.setdefault(tid, TableManifest())
-            tm.segments = tm.segments + (seg,)
-        manifest.flushed_lsn = upto
-        manifest.save(st.manifest_path)
+        new_segs: dict[int, SegmentMeta] = {}
+        written: list[Path] = []
+        try:
+            for tid, ents in work.items():
+                entry = entries.get(tid)
+                if entry is None:
+                    continue
+                table = entries_to_table(entry.schema, ents)
+                if table.num_rows == 0:
+                    continue  # only empty writes
+                table_dir = st._table_dir(entry.schema.name)
+                table_dir.mkdir(parents=True, exist_ok=True)
+                # Sorted like compaction sorts (cheap at flush size), so a miss can skip row
+                # groups of fresh segments too once they are large.
+                new_segs[tid] = write_segment(
+                    table_dir, table, clustering.get(entry.schema.name.lower(), ()),
+                    st.row_group_rows)
+                written.append(table_dir / new_segs[tid].file)
+            with st._lock:
+                manifest = st._manifest.copy()
+            for tid, seg in new_segs.items():
+                tm = manifest.tables.setdefault(tid, TableManifest())
+                tm.segments = tm.segments + (seg,)
+            manifest.flushed_lsn = upto
+            manifest.save(st.manifest_path)
+        except BaseException:
+            # E.g. the disk filled: the memtable and the log still hold every row, so
+            # nothing is lost; remove the segments no manifest names, then retry later.
+            discard_unpublished(st, written)
+            raise
         with st._lock:
             st._manifest = manifest
             for tid, ents in work.items():
@@ -64,9 +79,28 @@ def flush(st: Storage) -> None:
                 if mem is not None:
                     del mem[: len(ents)]
                     st._mem_rows -= sum(e.batch.num_rows for e in ents)
+                    st._mem_bytes -= sum(e.batch.nbytes for e in ents)
             st.counters["flushes"] += 1
             st._last_flush = time.monotonic()
             st._bg_cv.notify_all()  # the compactor may now have work
+
+
+def discard_unpublished(st: Storage, files: Iterable[Path]) -> None:
+    """Delete new segment files a failed flush or compaction wrote, unless the manifest on
+    disk names them (its rename happened before the failure: recovery then owns them)."""
+    files = list(files)
+    if not files:
+        return
+    try:
+        on_disk = Manifest.load(st.manifest_path)
+        named = {s.file for tm in on_disk.tables.values() for s in tm.segments}
+    except Exception:  # unreadable now: keep them, the next open removes what is unnamed
+        log.warning("could not read %s; leaving %d new segment files for recovery",
+                    st.manifest_path, len(files))
+        return
+    for path in files:
+        if path.name not in named:
+            path.unlink(missing_ok=True)
 
 
 def truncate_wal(st: Storage) -> int:
@@ -202,7 +236,11 @@ def compact_table(st: Storage, entry: TableEntry, *, tiered: bool = False) -> di
                 rest = tuple(s for s in cur.segments if s not in segs)
                 cur.segments = ((new,) if new is not None else ()) + rest
                 cur.horizon = max(cur.horizon, horizon)
-                manifest.save(st.manifest_path)
+                try:
+                    manifest.save(st.manifest_path)
+                except BaseException:  # e.g. no space: the inputs stay, the output goes
+                    discard_unpublished(st, [table_dir / new.file] if new is not None else [])
+                    raise
                 with st._lock:
                     st._manifest = manifest
                     st._obsolete.update(paths)

@@ -11,7 +11,10 @@ compactor  Spark compaction of tables with more than max_segments segments.
 
 A failed WAL fsync or index update is fatal (log, then os._exit): acknowledging a write that
 may not be durable, or checking later writes against an index missing earlier ones, would be
-worse than a restart, which replays the WAL.
+worse than a restart, which replays the WAL. Running out of space is not: a WAL write() that
+hits ENOSPC is undone and its group refused (``refuse_group``), an index update that finds
+the disk full is rolled back and retried, and flushes and compactions are retried with
+backoff (``space.Backoff``); none of them acknowledges or loses anything meanwhile.
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ from typing import TYPE_CHECKING, Any
 from partialflow.server.storage import maintenance
 from partialflow.server.storage.record import Pending, net_keys
 from partialflow.server.storage.segments import MemEntry
-from partialflow.server.storage.wal import encode_frame
+from partialflow.server.storage.space import fmt_bytes, is_space_error
+from partialflow.server.storage.wal import FRAME_OVERHEAD, WalFull, encode_frame
 
 if TYPE_CHECKING:
     from partialflow.server.storage.store import Storage
@@ -51,7 +55,10 @@ def committer_loop(st: Storage) -> None:
         last = group[-1].lsn
         try:
             with st._wal_lock:
-                st._wal.append(b"".join(parts))
+                st._wal.append(b"".join(parts), last + 1)
+        except WalFull as err:  # undone: the log ends where it did, refuse the writes
+            refuse_group(st, group, err)
+            continue
         except BaseException:  # never acknowledge a write that may not be durable
             log.critical("WAL append/fsync failed; exiting so no lost write is acknowledged",
                          exc_info=True)
@@ -65,6 +72,8 @@ def committer_loop(st: Storage) -> None:
                 if mem is not None and p.table_id in st._live:
                     mem.append(MemEntry(p.lsn, p.ndel, p.batch))
                     st._mem_rows += n
+                    st._mem_bytes += p.batch.nbytes
+            st._pending_bytes -= sum(len(p.body) + FRAME_OVERHEAD for p in group)
             st._durable_lsn = last
             if st._mem_rows >= st.flush_rows:
                 st._bg_cv.notify_all()
@@ -82,10 +91,33 @@ def committer_loop(st: Storage) -> None:
             st._index_cv.notify()
         try:
             with st._wal_lock:
-                st._wal.maybe_rotate(last + 1)
+                st._wal.maybe_rotate()
         except OSError:  # e.g. disk full: keep appending to the current file, retry later
             log.error("could not start a new WAL file; will retry after the next group",
                       exc_info=True)
+
+
+def refuse_group(st: Storage, group: list[Pending], err: OSError) -> None:
+    """The log ran out of space appending ``group`` and was cut back: refuse the group and
+    every write queued after it with RESOURCE_EXHAUSTED, and hand their LSNs back, so the
+    log stays contiguous and nothing refused was ever acknowledged or delivered."""
+    assert st._space is not None
+    with st._lock:
+        refused = group + st._pending
+        st._pending = []
+        st._pending_bytes = 0
+        first = group[0].lsn
+        st._next_lsn = first  # nothing at or after ``first`` reached the log
+        error = st._space.refuse_group(len(refused), err)
+        for tid in {p.table_id for p in refused}:
+            ov = st._overlays.get(tid)
+            if ov is not None:
+                ov.drop_from(first)
+                if not len(ov):
+                    del st._overlays[tid]
+        for p in refused:  # one exception per writer: each raises it on its own thread
+            p.error = type(error)(str(error))
+        st._ack_cv.notify_all()
 
 
 def indexer_loop(st: Storage) -> None:
@@ -143,11 +175,37 @@ def indexer_loop(st: Storage) -> None:
                     st._index_lsn = last
                     st._index_backlog -= rows
                     st._ack_cv.notify_all()  # writers held back by the backlog limit
-        except BaseException:
-            log.critical(
-                "row index update failed; exiting (restart replays the WAL)", exc_info=True
-            )
-            os._exit(71)
+        except BaseException as err:
+            if not is_space_error(err) or not _index_rolled_back(st, index):
+                log.critical(
+                    "row index update failed; exiting (restart replays the WAL)", exc_info=True
+                )
+                os._exit(71)
+            with st._lock:
+                st._index_queue = batch + st._index_queue
+                if st._stop_index:
+                    # Closing on a full disk: leave the index behind the log; the next open
+                    # re-applies the log records after the index's LSN.
+                    log.warning("row index left at LSN %d on a full disk; the next open "
+                                "catches it up from the log", st._index_lsn)
+                    return
+            delay = st.retries["index"].failed(err)
+            with st._lock:
+                st._index_cv.wait_for(lambda: st._stop_index, timeout=delay)
+            continue
+        st.retries["index"].succeeded()
+
+
+def _index_rolled_back(st: Storage, index: Any) -> bool:
+    """Roll back the index transaction a full disk interrupted, so the batch can be applied
+    again later: writers' checks stay exact meanwhile (the overlay still holds it)."""
+    try:
+        with st._ddl_lock:
+            index.rollback()
+        return True
+    except Exception:
+        log.exception("rolling back the row index after a full disk failed")
+        return False
 
 
 def flusher_loop(st: Storage) -> None:
@@ -155,17 +213,33 @@ def flusher_loop(st: Storage) -> None:
         with st._lock:
             while not st._stop_bg:
                 due = st._last_flush + st.flush_interval - time.monotonic()
-                if st._mem_rows >= st.flush_rows or (st._mem_rows and due <= 0):
+                # Short of space, come round even with nothing to flush: the log may be
+                # truncatable by now (the row index caught up), which frees space.
+                busy = st._mem_rows or (st._space is not None and st._space.short)
+                if st._mem_rows >= st.flush_rows or (busy and due <= 0):
                     break
-                st._bg_cv.wait(timeout=max(due, 0.05) if st._mem_rows else st.flush_interval)
+                st._bg_cv.wait(timeout=max(due, 0.05) if busy else st.flush_interval)
             if st._stop_bg:
                 return
         try:
             maintenance.flush(st)
+            if st._space is not None and st._space.short:
+                # Short of space: start a new log file now, so the flushed records' file
+                # can be deleted instead of growing to wal_rotate_bytes beside its copy.
+                with st._wal_lock:
+                    assert st._wal is not None
+                    st._wal.maybe_rotate(force=True)
             maintenance.truncate_wal(st)
-        except Exception:
-            log.exception("background flush failed; will retry")
-            time.sleep(min(st.flush_interval, 1.0))
+            if st._space is not None and st._space.short:
+                free = st._space.free_bytes()
+                with st._lock:
+                    st._space.settle(free, st._pending_bytes, st._mem_bytes)
+        except Exception as err:  # e.g. no space: the memtable and the log keep every row
+            delay = st.retries["flush"].failed(err)
+            with st._lock:
+                st._bg_cv.wait_for(lambda: st._stop_bg, timeout=delay)
+            continue
+        st.retries["flush"].succeeded()
 
 
 def compactor_loop(st: Storage) -> None:
@@ -184,8 +258,48 @@ def compactor_loop(st: Storage) -> None:
         for e in over:
             if st._stop_bg:
                 return
+            if not _room_to_compact(st, e):
+                with st._lock:
+                    st._bg_cv.wait_for(lambda: st._stop_bg, timeout=2.0)
+                break
             try:
                 maintenance.compact_table(st, e, tiered=True)
-            except Exception:
-                log.exception("background compaction of %s failed", e.schema.name)
-                time.sleep(1.0)
+            except Exception as err:
+                delay = st.retries["compaction"].failed(err)
+                with st._lock:
+                    st._bg_cv.wait_for(lambda: st._stop_bg, timeout=delay)
+                break
+            st.retries["compaction"].succeeded()
+
+
+def _room_to_compact(st: Storage, entry: Any) -> bool:
+    """Whether the disk has room for a copy of ``entry``'s segments (what a compaction
+    writes before it deletes its inputs) beside the reserve and the next flush. A background
+    compaction that cannot fit is not started: it would fill the disk, refuse writes while
+    it runs, and fail anyway."""
+    if st._space is None:
+        return True
+    with st._lock:
+        tm = st._manifest.tables.get(entry.id)
+        files = [st._table_dir(entry.schema.name) / s.file for s in tm.segments] if tm else []
+        flush = st._mem_bytes
+    size = 0
+    for f in files:
+        try:
+            size += f.stat().st_size
+        except OSError:
+            pass
+    free = st._space.free_bytes()
+    need = size + flush + st._space.reserve
+    if free >= need:
+        if entry.id in st._space.deferred:
+            st._space.deferred.discard(entry.id)
+            log.info("background compaction of %s resumes: %s free", entry.schema.name,
+                     fmt_bytes(free))
+        return True
+    if entry.id not in st._space.deferred:
+        st._space.deferred.add(entry.id)
+        log.warning("background compaction of %s waits for room: it needs about %s (a copy of "
+                    "its segments, the next flush and the reserve), %s free",
+                    entry.schema.name, fmt_bytes(need), fmt_bytes(free))
+    return False

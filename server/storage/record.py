@@ -40,6 +40,7 @@ class Pending:
         "del_h",
         "ins_k",
         "del_k",
+        "error",
     )
 
     def __init__(
@@ -65,6 +66,9 @@ class Pending:
         self.del_h = del_h
         self.ins_k = ins_k  # primary-key digests inserted / deleted (empty for bag tables)
         self.del_k = del_k
+        # Set (under the storage lock) when the write is refused after it took its LSN:
+        # the log ran out of space while appending its group. Its writer raises it.
+        self.error: Exception | None = None
 
 
 def net_keys(group: Sequence[Pending]) -> tuple[list[tuple[bytes, bytes]], list[bytes]]:
@@ -144,6 +148,20 @@ class Overlay:
             self._keys.clear()
         elif len(self._rows) > 4 * sum(len(p.ins_h) + len(p.del_h) for p in entries) + 4096:
             self._rows, self._keys, self._merged = Counter(), Counter(), 0
+
+    def drop_from(self, lsn: int) -> None:
+        """Forget writes with LSN >= ``lsn`` (refused after taking their LSNs: never in the
+        log, so never in the index either)."""
+        entries = self._entries
+        while entries and entries[-1].lsn >= lsn:
+            p = entries.pop()
+            if self._merged > len(entries):
+                self._merged -= 1
+                self._rows.subtract(p.ins_h)
+                self._rows.update(p.del_h)
+                if p.ins_k or p.del_k:
+                    self._keys.subtract(p.ins_k)
+                    self._keys.update(p.del_k)
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -121,6 +121,7 @@ def recover(st: Storage) -> None:
     st._index = index
     st._mem = mem
     st._mem_rows = sum(e.batch.num_rows for ents in mem.values() for e in ents)
+    st._mem_bytes = sum(e.batch.nbytes for ents in mem.values() for e in ents)
     st._next_lsn = last + 1
     st._durable_lsn = st._acked_lsn = st._index_lsn = last
     st._wal = WalWriter(st.wal_dir, last + 1, st.wal_rotate_bytes)

@@ -199,9 +199,11 @@ class RowIndex:
         self._in_tx = False
 
     def rollback(self) -> None:
-        if self._in_tx:
+        # sqlite may have rolled the transaction back by itself (it does on SQLITE_FULL
+        # in some statements): ROLLBACK would then fail with "no transaction is active".
+        if self._in_tx and self.writer.in_transaction:
             self.writer.execute("ROLLBACK")
-            self._in_tx = False
+        self._in_tx = False
 
     def make_durable(self) -> None:
         """Checkpoint sqlite's own WAL into the database file and fsync it, so the index

@@ -96,9 +96,13 @@ def write_segment(
     min_lsn, max_lsn = int(pc.min(lsn).as_py()), int(pc.max(lsn).as_py())
     name = segment_name(min_lsn, max_lsn)
     tmp = table_dir / (name + ".tmp")
-    pq.write_table(table, tmp, row_group_size=row_group_rows)
-    _fsync_file(tmp)
-    os.replace(tmp, table_dir / name)
+    try:
+        pq.write_table(table, tmp, row_group_size=row_group_rows)
+        _fsync_file(tmp)
+        os.replace(tmp, table_dir / name)
+    except BaseException:  # e.g. the disk filled mid-file: leave no half-written file
+        tmp.unlink(missing_ok=True)
+        raise
     fsync_dir(table_dir)
     return SegmentMeta(
         name, min_lsn, max_lsn, table.num_rows, bool(pc.min(diff).as_py() < 0),

@@ -34,7 +34,13 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
-from partialflow.server.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from partialflow.server.errors import (
+    AlreadyExists,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    ResourceExhausted,
+)
 from partialflow.server.storage import maintenance, pipeline, recovery
 from partialflow.server.storage.catalog import Catalog, Manifest, TableEntry
 from partialflow.server.storage.ddl import CatalogOps
@@ -44,7 +50,8 @@ from partialflow.server.storage.rowindex import RowIndex, key_hashes, row_hashes
 from partialflow.server.storage.schema import coerce_rows
 from partialflow.server.storage.segments import ROW_GROUP_ROWS, MemEntry
 from partialflow.server.storage.snapshot import Snapshot, TableView
-from partialflow.server.storage.wal import WalWriter, list_wal_files
+from partialflow.server.storage.space import Backoff, DiskSpace, fmt_bytes, is_space_error
+from partialflow.server.storage.wal import FRAME_OVERHEAD, WalWriter, list_wal_files
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +79,7 @@ class Storage(CatalogOps):
         max_index_backlog: int = 2_000_000,
         wal_hold: int | None = None,
         row_group_rows: int = ROW_GROUP_ROWS,
+        disk_reserve: int | None = None,
     ) -> None:
         self.data_dir = Path(data_dir).absolute()
         self.spark = spark
@@ -89,6 +97,15 @@ class Storage(CatalogOps):
         # row groups of at most ``row_group_rows`` rows, so misses skip what cannot match.
         self.row_group_rows = int(row_group_rows)
         self._clustering: dict[str, tuple[str, ...]] = {}
+        # Free space kept beyond what the queued writes and the next flush need (None: 64 MiB,
+        # or 1/16 of the filesystem when smaller); see space.py.
+        self.disk_reserve = disk_reserve
+        self._space: DiskSpace | None = None  # made in open(), once the directory exists
+        self._pending_bytes = 0  # log bytes of accepted writes not yet appended
+        self._mem_bytes = 0  # Arrow bytes in the memtable: about what the next flush writes
+        self.retries = {name: Backoff(what) for name, what in (
+            ("flush", "background flush"), ("compaction", "background compaction"),
+            ("index", "row index update"))}
         self.tables_dir = self.data_dir / "tables"
         self.wal_dir = self.data_dir / "wal"
         self.catalog_path = self.data_dir / "catalog.json"
@@ -149,6 +166,7 @@ class Storage(CatalogOps):
                 raise FailedPrecondition(f"storage is {self._state}; open() is called once")
             self._state = "opening"
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._space = DiskSpace(self.data_dir, self.disk_reserve)
         self._lock_fd = os.open(self.data_dir / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
         try:
             # Two processes on one directory would corrupt it; the kernel drops the lock
@@ -194,13 +212,19 @@ class Storage(CatalogOps):
             self._stop_index = True
             self._index_cv.notify_all()
         self._threads["indexer"].join()
-        maintenance.flush(self)
-        maintenance.truncate_wal(self)
+        try:
+            maintenance.flush(self)
+            maintenance.truncate_wal(self)
+        except Exception as err:  # e.g. no space: the log keeps every write, replayed on open
+            log.warning("flush at close failed (%s); the next open replays the log", err)
         assert self._wal is not None and self._index is not None
         with self._wal_lock:
             self._wal.close()
         with self._ddl_lock:
-            self._index.close()
+            try:
+                self._index.close()
+            except sqlite3.Error as err:  # e.g. a full disk: the next open catches it up
+                log.warning("closing the row index failed (%s)", err)
         with self._lock:
             self._state = "closed"
         self._unlock_dir()
@@ -297,10 +321,17 @@ class Storage(CatalogOps):
         if needs_index:
             seen_lsn = self._index_lsn
             committed = self._read_index(entry, del_h, del_k, ins_k)
+        space = self._space
+        assert space is not None
+        frame = len(body) + FRAME_OVERHEAD
+        free = space.free_bytes()
         with self._lock:
             # Backpressure: bound the rows accepted but not yet indexed (the overlay's size).
             while self._index_backlog > self.max_index_backlog and self._state == "open":
                 self._ack_cv.wait()
+                free = -1
+            if free < 0:  # waited: measure again (a statvfs, cheap even under the lock)
+                free = space.free_bytes()
             self._check_open()
             if entry.id not in self._live:
                 raise NotFound(f"table '{schema.name}' was dropped")
@@ -310,6 +341,9 @@ class Storage(CatalogOps):
                 self._check_deletes(entry, del_rows, del_h, del_k, committed)
             if ins_k:
                 self._check_keys(entry, ins_rows, ins_k, del_k, committed)
+            # Last, so a bad write is told what is wrong with it; before the LSN, so a
+            # refused write leaves no trace.
+            space.check(free, frame, self._pending_bytes, self._mem_bytes)
             lsn = self._next_lsn
             self._next_lsn += 1
             record = WriteRecord(lsn, schema.name, rows, diffs)
@@ -321,9 +355,12 @@ class Storage(CatalogOps):
                 ov = self._overlays[entry.id] = Overlay()
             ov.add(p)
             self._pending.append(p)
+            self._pending_bytes += frame
             self._work_cv.notify()
-            while self._acked_lsn < lsn:
+            while self._acked_lsn < lsn and p.error is None:
                 self._ack_cv.wait()
+            if p.error is not None:
+                raise p.error
         return lsn
 
     def _overlay_counts(self, tid: int, hashes: Sequence[bytes], keys: bool) -> dict[bytes, int]:
@@ -465,10 +502,15 @@ class Storage(CatalogOps):
 
     # ------------------------------------------------------------------ maintenance
     def flush(self) -> None:
-        """Write the memtable to Parquet segments now."""
+        """Write the memtable to Parquet segments now (ResourceExhausted if the disk is
+        full: nothing is lost, the log holds every write and a later flush writes them)."""
         self._check_open()
-        maintenance.flush(self)
-        maintenance.truncate_wal(self)
+        try:
+            maintenance.flush(self)
+            maintenance.truncate_wal(self)
+        except Exception as err:
+            self._raise_space_error("flush", err)
+            raise
 
     def compact(self, table: str | None = None) -> dict:
         """Compact one table (or all) with Spark; returns before/after figures."""
@@ -480,12 +522,27 @@ class Storage(CatalogOps):
         t0 = time.monotonic()
         per = {}
         for e in entries:
-            per[e.schema.name] = maintenance.compact_table(self, e)
+            try:
+                per[e.schema.name] = maintenance.compact_table(self, e)
+            except Exception as err:
+                self._raise_space_error(f"compaction of {e.schema.name}", err)
+                raise
         total = {
             k: sum(f[k] for f in per.values())
             for k in ("segments_before", "segments_after", "rows_before", "rows_after")
         }
         return {**total, "seconds": round(time.monotonic() - t0, 3), "tables": per}
+
+    def _raise_space_error(self, what: str, err: Exception) -> None:
+        """Raise ``err`` as ResourceExhausted naming the directory if it says the disk is
+        full (the caller re-raises anything else as it is)."""
+        if not is_space_error(err) or isinstance(err, ResourceExhausted):
+            return
+        free = self._space.free_bytes() if self._space is not None else 0
+        raise ResourceExhausted(
+            f"{what} failed: no space left in {self.data_dir} ({fmt_bytes(free)} free); "
+            "nothing was changed, retry once space is freed"
+        ) from err
 
     def set_clustering(self, columns: Mapping[str, Sequence[str]]) -> None:
         """Per table (any case), the columns to cluster its segments by, most used first:
@@ -520,6 +577,8 @@ class Storage(CatalogOps):
                 "wal_bytes": wal.total_bytes if wal else 0,
                 "wal_files": wal.file_count if wal else 0,
                 "pinned_snapshots": sum(self._pins.values()),
+                **(self._space.stats() if self._space is not None else {}),
+                **{f"{name}_failures": b.total for name, b in self.retries.items()},
                 "clustering": {t: list(c) for t, c in sorted(self._clustering.items()) if c},
             }
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from partialflow.server.errors import FailedPrecondition
+from partialflow.server.storage.space import SPACE_ERRNOS
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +28,10 @@ _FRAME = struct.Struct("<II")
 _HEAD = struct.Struct("<QII")
 FRAME_OVERHEAD = _FRAME.size + _HEAD.size
 _MAX_PAYLOAD = 1 << 31
+
+
+class WalFull(OSError):
+    """The log ran out of space during a write(); the partial write was undone."""
 
 
 def wal_file_name(first_lsn: int) -> str:
@@ -131,6 +136,7 @@ class WalWriter:
         self.dir = wal_dir
         self.rotate_bytes = rotate_bytes
         self.fsyncs = 0
+        self._next_lsn = next_lsn  # the LSN the next appended record will carry
         files = list_wal_files(wal_dir)
         if files and files[-1][0] != next_lsn and files[-1][1].stat().st_size == 0:
             # An empty newest file (crash right after a rotation) must be named by the LSN
@@ -155,25 +161,52 @@ class WalWriter:
     def file_count(self) -> int:
         return len(self._files)
 
-    def append(self, data: bytes) -> None:
+    def append(self, data: bytes, next_lsn: int) -> None:
         """Write ``data`` with one write() and make it durable with one fdatasync().
 
-        Raises OSError; the caller treats any failure as fatal (a write that may not be
-        durable must never be acknowledged, and a half-written WAL must not be reused).
+        A write() that fails for lack of space (ENOSPC, EDQUOT) is undone: the file is cut
+        back to its last good end and ``WalFull`` is raised, so the caller can refuse the
+        group (nothing of it was acknowledged, and the log ends where it ended before).
+        Any other failure raises OSError and is fatal to the caller. In particular a failed
+        fdatasync is never retried or undone: after it the kernel may have dropped the dirty
+        pages and cleared the error (Linux does), so neither this file's contents nor a
+        later fsync's success can be trusted; only a restart, which reads the log back from
+        disk, knows what is durable (PostgreSQL's "fsyncgate" rule).
         """
         view = memoryview(data)
-        while view:
-            n = os.write(self._fd, view)
-            view = view[n:]
+        try:
+            while view:
+                n = os.write(self._fd, view)
+                view = view[n:]
+        except OSError as err:
+            if err.errno not in SPACE_ERRNOS:
+                raise
+            self._undo(err)
+            raise WalFull(err.errno, os.strerror(err.errno)) from err
         # fdatasync is enough: it also persists the file size that the appended data needs.
         os.fdatasync(self._fd)
         self.fsyncs += 1
         self._size += len(data)
+        self._next_lsn = next_lsn
 
-    def maybe_rotate(self, next_lsn: int) -> None:
-        """Start a new file (named by the next LSN) once the current one is large enough."""
-        if self._size < self.rotate_bytes:
+    def _undo(self, err: OSError) -> None:
+        """Cut the file back to the end of its last complete group (the part of the group
+        written before space ran out was never fsynced nor acknowledged). Truncating frees
+        blocks, so it does not need space; if it fails anyway the error is fatal."""
+        os.ftruncate(self._fd, self._size)
+        # Made durable at once: otherwise a crash could leave the undone group's complete
+        # frames on disk, and recovery would replay writes that were refused.
+        os.fsync(self._fd)
+        log.warning("WAL append ran out of space (%s); cut %s back to %d bytes",
+                    err.strerror, self._files[-1][1].name, self._size)
+
+    def maybe_rotate(self, force: bool = False) -> None:
+        """Start a new file (named by the next LSN) once the current one is large enough,
+        or now if ``force`` and it holds anything (on a full disk, so that truncation can
+        delete the flushed records instead of waiting for ``rotate_bytes`` of them)."""
+        if self._size < self.rotate_bytes and not (force and self._size > 0):
             return
+        next_lsn = self._next_lsn
         path = self.dir / wal_file_name(next_lsn)
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o644)
         try:
