@@ -257,16 +257,23 @@ class FillCoordinator:
                 for w in ws:
                     self.want(st, fk, w)
         if not fill.index and self.prefetcher.enabled:
-            self._prefetch([key for key in ready if key[0].is_filled(key[1])])
+            # Keys blocked again (gated while this fill was in flight) count too: what
+            # they depend on is known from the full side, not from their rows, and
+            # skipping them left the index cold exactly where moves keep gating.
+            self.prefetch([key for key in ready
+                           if key[0].is_filled(key[1]) or key[0].is_blocked(key[1])])
 
-    def _prefetch(self, filled: list[tuple[State, Row]]) -> None:
-        """Fetch the index keys that keys a read's fill just filled depend on, in this
-        packet's index fills (prefetch.py): pending from the current position on, gating
-        nothing."""
-        for side, keys in self.prefetcher.keys(filled).items():
+    def prefetch(self, filled: list[tuple[State, Row]], most: int | None = None) -> int:
+        """Fetch the index keys that ``filled`` keys (a read's fill just filled them, or
+        they are subscribed) depend on, in this packet's index fills (prefetch.py):
+        pending from the current position on, gating nothing. Returns how many."""
+        n = 0
+        for side, keys in self.prefetcher.keys(filled, most).items():
             for fk in keys:
-                if side.lookup(fk) == "hole":
-                    self.index.fill_for(side, fk, self._closure)
+                if side.lookup(fk) == "hole" and self.index.fill_for(
+                        side, fk, self._closure) is not None:
+                    n += 1
+        return n
 
     def answer(self, st: State, fk: Row, waiters: list[Waiter]) -> None:
         """Deliver a filled key's rows to the reads waiting for it, at the applied LSN."""

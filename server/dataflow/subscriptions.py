@@ -33,7 +33,15 @@ from the key's). A key that moved (filled again, blocked, evicted) or a state wi
 anomaly gives no log: that key is compared whole, as before.
 
 Subscribed keys (and the same key of every partial state below the reader) are pinned
-against memory eviction (``Evictor.pins``). The executor thread runs ``after_packet``; the
+against memory eviction (``Evictor.pins``), and so are the keys of evict-on-miss join
+indexes they are joined from now (``depends``: the visit index at the products of a
+subscribed category), which are fetched as soon as a subscribed key is readable
+(``FillCoordinator.prefetch``). Without that, memory pressure evicted those index keys
+(they are keyed by product, not by category, so the pins above missed them); every
+later write of such a product then missed the index and gated the subscribed keys on an
+index fill, and with a steady stream of writes some key of the subscription was always
+gated, so no packet end had them all readable: no batch, the heartbeat's LSN frozen, for
+as long as the writes went on (issue 31). The executor thread runs ``after_packet``; the
 streaming threads only take events from each ``Subscription``'s bounded queue.
 """
 
@@ -48,6 +56,7 @@ from typing import TYPE_CHECKING
 
 from partialflow.operators.base import Row
 from partialflow.server.dataflow.fill import Waiter
+from partialflow.server.dataflow.prefetch import Plan, dependents
 from partialflow.server.dataflow.reads import present, visible
 from partialflow.server.dataflow.state import BUCKET_OVERHEAD
 from partialflow.server.errors import PartialflowError, ResourceExhausted, Unavailable
@@ -63,6 +72,10 @@ log = logging.getLogger("partialflow.subscriptions")
 
 DEFAULT_MAX_BUFFERED = 10_000  # change batches queued for one stream before it is cut off
 RESUME_KEYS_PER_JOB = 200  # keys of a resume read as of from_lsn per Spark job
+# A subscribed key's join index keys are fetched when it becomes readable if it depends
+# on at most this many (a read's fill stops at prefetch.MAX_KEYS_PER_KEY; a subscribed
+# key is read at every write, so each index key it misses costs an index fill and a gate).
+PREFETCH_MOST = 10_000
 
 Bag = Counter  # row -> multiplicity (rows as presented)
 KeyChange = tuple[Row, list[Row], list[Row]]  # (key, inserted, deleted)
@@ -166,6 +179,11 @@ class SubscriptionManager:
         self.starting: set[Subscription] = set()
         self._dropped: list[Subscription] = []
         self.packet_lsn = 0  # the LSN of the last packet end (under the lock)
+        # Index state sid -> (plan, subscribed reader state): how its keys are joined into
+        # subscribed keys (prefetch.Plan); rebuilt when the subscribed views change.
+        self._joined: dict[int, list[tuple[Plan, State]]] = {}
+        self._joined_of: set[State] = set()
+        executor.evictor.depends = self.depends
 
     @property
     def active(self) -> bool:
@@ -194,6 +212,7 @@ class SubscriptionManager:
         self.starting.add(sub)
         sub.unready = set(sub.keys)
         self.waiting.update((st, k) for k in sub.keys)
+        self._index_plans()
 
     def remove(self, sub: Subscription) -> None:
         """Unregister (executor thread): the stream ended or the client went away."""
@@ -212,6 +231,32 @@ class SubscriptionManager:
                 self._pin(st, k, -1)
                 st.unwatch(k)
         self.starting.discard(sub)
+        self._index_plans()
+
+    def _index_plans(self) -> None:
+        """Rebuild ``_joined`` if the set of subscribed reader states changed."""
+        states = {sub.reader.state for sub in self.subs.values()}
+        if states == self._joined_of:
+            return
+        self._joined_of = states
+        joined: dict[int, list[tuple[Plan, State]]] = {}
+        for st in states:
+            for plan in self.ex.fills.prefetcher.plans(st):
+                joined.setdefault(plan.miss.sid, []).append((plan, st))
+        self._joined = joined
+
+    def depends(self, st: State, jk: Row) -> bool:
+        """Whether key ``jk`` of index state ``st`` is joined into a subscribed key now
+        (the evictor keeps it: evicting it would gate that key at its next write)."""
+        plans = self._joined.get(st.sid)
+        if not plans:
+            return False
+        by_key = self.by_key
+        for plan, rst in plans:
+            fks = dependents(plan, jk)
+            if fks and any((rst, fk) in by_key for fk in fks):
+                return True
+        return False
 
     def _drop(self, sub: Subscription) -> None:
         """A subscription ended by the manager (under the lock): removed after the packet."""
@@ -290,6 +335,7 @@ class SubscriptionManager:
                     touched.add(sub)
         asked = False
         failed: list[tuple[tuple[State, Row], Exception]] = []
+        readable: list[tuple[State, Row]] = []
         for key in list(waiting):
             st, fk = key
             subs = self.by_key.get(key)
@@ -299,6 +345,7 @@ class SubscriptionManager:
             if st.is_filled(fk):
                 waiting.discard(key)
                 self.refills.pop(key, None)
+                readable.append(key)
                 for sub in subs:
                     sub.unready.discard(fk)
                     touched.add(sub)
@@ -316,6 +363,8 @@ class SubscriptionManager:
             w = self.refills[key] = Waiter({fk})
             asked = True
             self.ex.fills.want(st, fk, w)
+        if readable and self.ex.fills.prefetch(readable, PREFETCH_MOST):
+            asked = True  # the index fills go out with the next packet end: soon
         with self.lock:
             for key, error in failed:
                 self.refills.pop(key, None)
