@@ -50,6 +50,7 @@ class FillHost(Protocol):
     def replay(self, held: list[Held], before: Callable[[int], None] | None = None,
                scope: dict[tuple[State, Row], int] | None = None) -> None: ...
     def evict(self, st: State, fk: Row) -> None: ...
+    def landed(self, st: State, keys: list[Row], lsn: int) -> None: ...
     def wake_at(self, when: float) -> None: ...
     def observe(self, event: str, fields: dict) -> None: ...
 
@@ -240,10 +241,14 @@ class FillCoordinator:
                 x.clear_pending(k, fill)
                 self.host.changed(x, k)
                 ready[(x, k)] = fill.lsn
+            if keys and not fill.index and x.node.view is not None:
+                self.host.landed(x, keys, fill.lsn)  # exact at fill.lsn until the replay
         for (st, fk), since in fill.gated.items():  # blocked keys get their rows back
             if st.unblock(fk, fill):
                 self.host.changed(st, fk)
                 ready[(st, fk)] = since
+                if st.node.view is not None:
+                    self.host.landed(st, [fk], since)
         # Replay what was held in the order it happened. Keys that index fills gated
         # meanwhile are blocked on them at the LSN they were gated at: held updates up to
         # that LSN apply first, later ones reach the blocked key and are held again.

@@ -26,10 +26,13 @@ CATS = [f"c{i}" for i in range(6)]
 SUBSCRIBED = [(c,) for c in CATS[:4]]
 PRODUCTS = [f"p{i}" for i in range(24)]
 LATENCY = 3  # steps between an upquery's issue and its reply
-# A subscription's cut may lag the applied LSN for at most this many steps in a row: a
-# refill (an exhausted MAX group) or one index fill is a few LATENCYs; a cut held back by a
-# chain of fills would lag for the rest of the run.
-MAX_LAG_STEPS = 8 * LATENCY
+# A subscription's cut (the LSN it last told) must move at least once in this many steps,
+# and be at most MAX_STALE writes behind: a refill (an exhausted MAX group) or an index
+# fill is one LATENCY, a round of refills two. Before the fix, index fills at nearly every
+# write (the visit index evicted under the limit) and refills of one key after another
+# (each key of the subscription in turn unreadable) held the cut for 36-61 steps.
+MAX_STILL_STEPS = 4 * LATENCY
+MAX_STALE = 5 * LATENCY
 STEPS = 300
 
 
@@ -81,15 +84,15 @@ class Latency:
                 i += 1
 
 
-def _run(seed: int, memory_limit: int | None) -> tuple[int, Harness, Holder]:
-    """The scenario; returns the longest lag (steps in a row the subscription's cut was
-    behind the applied LSN)."""
+def _run(seed: int, memory_limit: int | None) -> tuple[int, int, Harness, Holder]:
+    """The scenario; returns the most steps in a row the subscription's cut did not move,
+    the most writes it was behind, the harness and the subscriber."""
     rng = random.Random(seed)
     h = Harness(upquery_timeout=60.0, memory_limit=memory_limit)
     where = _setup(h, rng)
     hd = Holder(h, "maxlen", h.df.subscribe("maxlen", SUBSCRIBED))
     lat = Latency(h)
-    lag = worst = 0
+    still = worst = stale = 0
     for i in range(STEPS):
         _write(h, rng, where)
         if i % 2:  # another client reads keys nobody subscribed to: memory pressure
@@ -98,24 +101,26 @@ def _run(seed: int, memory_limit: int | None) -> tuple[int, Harness, Holder]:
         h.run()
         lat.step(i)
         h.run()
+        told = hd.lsn
         hd.drain()
-        lag = lag + 1 if hd.lsn < h.ex.applied_lsn else 0
-        worst = max(worst, lag)
-    return worst, h, hd
+        still = 0 if hd.lsn > told else still + 1
+        worst = max(worst, still)
+        stale = max(stale, h.ex.applied_lsn - hd.lsn)
+    return worst, stale, h, hd
 
 
 @pytest.mark.parametrize("memory_limit", [None, 12_000], ids=["no-limit", "12KB"])
 @pytest.mark.parametrize("seed", range(4))
 def test_a_subscriptions_cut_follows_the_writes(seed: int, memory_limit: int | None) -> None:
-    worst, h, hd = _run(seed, memory_limit)
+    worst, stale, h, hd = _run(seed, memory_limit)
     try:
         stats = h.ex.stats.counters
         assert stats.get("exhausted", 0) > 0, "MAX candidates should run out"
         if memory_limit is not None:
             assert stats.get("memory_evictions", 0) > 0, "the limit should bite"
-        assert worst <= MAX_LAG_STEPS, (
-            f"the subscription's cut lagged the writes for {worst} steps in a row "
-            f"(stats {dict(stats)})")
+        assert worst <= MAX_STILL_STEPS, (
+            f"the subscription's cut stood still for {worst} steps (stats {dict(stats)})")
+        assert stale <= MAX_STALE, f"the subscription's cut was {stale} writes behind"
         h.settle()
         hd.drain()
         assert hd.lsn == h.ex.applied_lsn
