@@ -46,6 +46,8 @@ def _check_args(args: argparse.Namespace) -> str | None:
         return "--writers and --readers must be at least 1"
     if getattr(args, "subscribers", 0) < 0:
         return "--subscribers must not be negative"
+    if getattr(args, "subscription_gap", 10.0) <= 0:
+        return "--subscription-gap must be positive"
     if args.duration <= 0 or args.fault_window <= 0:
         return "--duration and --fault-window must be positive"
     if not 0 <= args.evict_rate <= 1:
@@ -350,6 +352,7 @@ def run_stress(client: Client, args: argparse.Namespace) -> int:
         stats.get("upquery_ms") or {},
         phases,
         args.read_bound,
+        getattr(args, "subscription_gap", 10.0),
     )
     summary = summarize(journal, verdict, info)
     print(render(summary))
