@@ -5,11 +5,12 @@ of a row view over the same join, while two writers insert visits, delete the lo
 (MAX candidates run out: the group is refilled) and move products between categories (the
 join key moves), and another client's ``lookup_many`` of a different view keeps a small
 memory limit evicting. Before the fix the streams' LSNs stood still (heartbeats repeating
-one LSN) for most of the run and caught up only once the writes stopped. Now each
-stream's LSN moves at least every GAP_BOUND seconds while the writes go on (generous for
-CI's two busy cores) and is at the last write soon after, and the rows a subscriber rebuilds equal Spark SQL over the base tables
-(``query(..., as_of=lsn)``) at the LSNs it was told (a spread sample: one Spark query per
-LSN; the stepped test in tests/dataflow/test_subscription_liveness.py checks every event).
+one LSN) for most of the run and caught up only once the writes stopped. Now each stream's
+LSN moves at least every GAP_BOUND seconds while the writes go on (generous for CI's two
+busy cores) and is at the last write soon after, and the rows a subscriber rebuilds equal
+Spark SQL over the base tables (``query(..., as_of=lsn)``) at the LSNs it was told (a
+spread sample: one Spark query per LSN; the stepped test in
+tests/dataflow/test_subscription_liveness.py checks every event).
 """
 
 from __future__ import annotations
