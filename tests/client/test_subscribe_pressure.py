@@ -22,7 +22,7 @@ import time
 from helpers import InProcessServer
 from test_subscribe import Rebuilt, check_against_spark
 
-from partialflow.client import Change, Heartbeat, Snapshot
+from partialflow.client import Change, Snapshot
 
 # Seconds a stream's LSN may stand still while the writers write (heartbeats come every
 # second; before the fix they kept coming at one LSN for the whole run). A refill cannot
