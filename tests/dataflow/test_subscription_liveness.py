@@ -127,3 +127,28 @@ def test_a_subscriptions_cut_follows_the_writes(seed: int, memory_limit: int | N
         assert not h.errors, h.errors
     finally:
         h.close()
+
+
+def test_the_cut_is_the_latest_lsn_every_key_is_known_at() -> None:
+    """cuts.py on its own: spans of where each key's rows are known, and the cut."""
+    from collections import Counter
+
+    from partialflow.server.dataflow.cuts import KeyHistory, latest_cut
+
+    a, b, c = KeyHistory(), KeyHistory(), KeyHistory()
+    for h in (a, b, c):
+        h.known_from(10, Counter({("x",): 1}))
+    # a: readable throughout, changed at 12 and 14.
+    a.open().deltas += [(12, Counter({("y",): 1})), (14, Counter({("x",): -1}))]
+    b.close(11)  # b: unreadable after the packet end at 11 ...
+    b.known_from(13, Counter({("b",): 1}))  # ... refilled from a snapshot at 13
+    b.open().known_to, b.open().fresh = 13, True
+    b.close(15)  # and evicted in the same packet: known at 13 only, not up to 15
+    c.close(16)  # c: unreadable after 16
+    assert b.intervals(20) == [(10, 11), (13, 13)]
+    assert latest_cut([a, b, c], now=20, after=10) == 13
+    assert a.rows_at(13) == Counter({("x",): 1, ("y",): 1})
+    assert latest_cut([a, c], now=20, after=10) == 16
+    assert latest_cut([a, b, c], now=20, after=13) is None  # nothing newer yet
+    a.rebase(13)
+    assert a.spans[0].start == 13 and a.rows_at(20) == Counter({("y",): 1})
