@@ -14,7 +14,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from partialflow.client import Client, DeadlineExceeded, PartialflowError, Unavailable
+from partialflow.client import (
+    AlreadyExists,
+    Client,
+    DeadlineExceeded,
+    PartialflowError,
+    Unavailable,
+)
 from partialflow.client.stress import workload as wl
 from partialflow.client.stress.hooks import TestHooks
 from partialflow.client.stress.load import (
@@ -87,6 +93,10 @@ def _setup(
             try:
                 client.execute(sql)
                 break
+            except AlreadyExists:
+                if attempt == 0:
+                    raise
+                break  # the try the client gave up on (its --timeout) went through after all
             except (Unavailable, DeadlineExceeded):
                 # Loading a view's full state is a Spark job under the server's upquery
                 # deadline, which a short --upquery-timeout on a busy machine can miss;

@@ -119,8 +119,10 @@ class KeyHistory:
             if span.end is not None and span.end < lsn:
                 continue
             if span.start < lsn:
-                span = Span(lsn, span.rows_at(lsn), span.end,
-                            [(at, d) for at, d in span.deltas if at > lsn])
+                # Unchanged up to the cut: its base as it is (the rows sent, not copied).
+                base = span.rows_at(lsn) if span.deltas and span.deltas[0][0] <= lsn \
+                    else span.base
+                span = Span(lsn, base, span.end, [(at, d) for at, d in span.deltas if at > lsn])
             kept.append(span)
         self.spans = kept
 
@@ -153,10 +155,10 @@ def record(mgr: SubscriptionManager, sub: Subscription, lsn: int) -> dict[Row, K
     hist = sub.hist
     if hist is None:
         hist = sub.hist = {k: KeyHistory() for k in sub.keys}
-        if sub.started:  # exact at its cut as sent
+        if sub.started:  # exact at its cut as sent (shared: neither is changed in place)
             at = sub.cut_lsn()
             for k in sub.keys:
-                hist[k].known_from(at, Counter(sub.sent[k]))
+                hist[k].known_from(at, sub.sent[k])
             sub.exact_lsn, sub.ready = at, False
         visit = set(sub.keys)
     else:
@@ -236,8 +238,14 @@ def diff_at(sent: dict[Row, Counter[Row]], hist: dict[Row, KeyHistory], keys: li
     ``sent`` is brought to ``cut``."""
     out = []
     for k in keys:
-        now = hist[k].rows_at(cut)
         old = sent[k]
+        spans = hist[k].spans
+        first = spans[0] if spans else None
+        if first is not None and first.base is old and first.start <= cut and (
+                first.end is None or first.end >= cut) and (
+                not first.deltas or first.deltas[0][0] > cut):
+            continue  # unchanged since the rows were sent (most keys of a big one)
+        now = hist[k].rows_at(cut)
         if now != old:
             out.append((k, list((now - old).elements()), list((old - now).elements())))
             sent[k] = now

@@ -359,8 +359,9 @@ class SubscriptionManager:
 
     def _defer(self, key: tuple[State, Row], subs: list[Subscription]) -> bool:
         """Whether hole ``key``'s refill waits for the next round: every subscription of
-        it has another key being filled (pending or blocked), and it has not waited
-        DEFER_MAX yet. Refilled in one round, keys are known at one snapshot (cuts.py)."""
+        it has another key being refilled (pending on a read's fill), and it has not
+        waited DEFER_MAX yet. A key evicted while another's refill is in flight is then
+        refilled from a snapshot after that one lands, where the other is known (cuts.py)."""
         st = key[0]
         for sub in subs:
             if not any(k != key[1] and _refilling(st, k) for k in sub.unready):
