@@ -105,6 +105,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "failed one fails the run (default 20)",
     )
     parser.add_argument(
+        "--subscription-gap",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="a subscriber's stream whose LSN stands still (no change, no heartbeat at a newer "
+        "LSN) for longer than S seconds with no fault active fails the run (default 10; "
+        "heartbeats come every second)",
+    )
+    parser.add_argument(
         "--miss-ms",
         type=float,
         default=50.0,

@@ -52,6 +52,26 @@ class Failure:
 
 
 @dataclass
+class Stream:
+    """One Subscribe stream of a subscriber: when its LSN moved (seconds since the load
+    began: its snapshot, change batches and heartbeats at a newer LSN), and when it ended."""
+
+    subscriber: int
+    view: str
+    opened: float
+    events: list[float] = field(default_factory=list)
+    closed: float | None = None  # None: open when the load ended
+    lsn: int = -1  # the last LSN it told
+
+    def silences(self, end: float) -> list[tuple[float, float]]:
+        """Each (from, to) between the stream's opening, the moves of its LSN and its end
+        (or ``end``, the end of the load, if it was still open)."""
+        times = [self.opened, *self.events,
+                 min(self.closed, end) if self.closed is not None else end]
+        return [(a, b) for a, b in zip(times, times[1:], strict=False) if b > a]
+
+
+@dataclass
 class FaultWindow:
     mode: str
     start: float
@@ -68,6 +88,7 @@ class Journal:
     failures: list[Failure] = field(default_factory=list)
     windows: list[FaultWindow] = field(default_factory=list)
     lsn_regressions: list[str] = field(default_factory=list)
+    streams: list[Stream] = field(default_factory=list)  # subscribers' streams
     calls: list[tuple[float, str, int]] = field(
         default_factory=list
     )  # ms, call, keys: answered reads

@@ -31,6 +31,10 @@ class RunInfo:
     # or one that failed (even cleanly), fails the run. A read that never returns is a
     # failure, just like a wrong one.
     read_bound: float = 20.0
+    # A subscription stream whose LSN stands still (no change batch, no heartbeat at a newer
+    # LSN: heartbeats come every second) for longer than this with no fault active fails the
+    # run (its first event, the snapshot, may take as long as a read may: ``read_bound``).
+    subscription_gap: float = 10.0
 
 
 def _pct(values: list[float]) -> dict[str, float]:
@@ -86,9 +90,11 @@ def summarize(journal: Journal, verdict: Verdict, info: RunInfo) -> dict[str, An
         if r.call != "recovery" and r.ms / 1000 > info.read_bound
         and journal.fault_at(r.start, r.start + r.ms / 1000, info.settle) is None
     ]
+    streams = _streams(journal, info)
+    silent = [x for x in streams if x["max_gap_without_fault_s"] > info.subscription_gap]
     failed = bool(
         verdict.mismatches or verdict.lost or unclean or journal.lsn_regressions or info.recovery
-        or unexplained or slow
+        or unexplained or slow or silent
     )
     return {
         "server": info.server,
@@ -127,6 +133,8 @@ def summarize(journal: Journal, verdict: Verdict, info: RunInfo) -> dict[str, An
             "unclean": [f"{f.what} {f.detail}: {f.kind}: {f.message}" for f in unclean],
         },
         "faults": windows,
+        "subscriptions": {"gap_bound_s": info.subscription_gap, "streams": streams,
+                          "silent_over_bound": len(silent)},
         "recovery": info.recovery,
         "planted": journal.planted,
         "plant": info.plant,
@@ -147,6 +155,27 @@ def summarize(journal: Journal, verdict: Verdict, info: RunInfo) -> dict[str, An
         "phases_s": {k: round(v, 1) for k, v in info.phases.items()},
         "passed": not failed,
     }
+
+
+def _streams(journal: Journal, info: RunInfo) -> list[dict[str, Any]]:
+    """Per subscriber (its streams together, a resume after a cut-off included): how often
+    its LSN moved, the longest it stood still, and the longest with no fault active
+    (``--subscription-gap``)."""
+    out: dict[tuple[int, str], dict[str, Any]] = {}
+    for st in journal.streams:
+        x = out.setdefault((st.subscriber, st.view), {
+            "subscriber": st.subscriber, "view": st.view, "streams": 0, "events": 0,
+            "max_gap_s": 0.0, "max_gap_without_fault_s": 0.0, "at_s": None})
+        x["streams"] += 1
+        x["events"] += len(st.events)
+        for i, (a, b) in enumerate(st.silences(info.duration)):
+            gap = round(b - a, 2)
+            if i == 0 and gap <= info.read_bound:
+                continue  # waiting for the snapshot: a read's wait, bounded like one
+            x["max_gap_s"] = max(x["max_gap_s"], gap)
+            if journal.fault_at(a, b, info.settle) is None and gap > x["max_gap_without_fault_s"]:
+                x["max_gap_without_fault_s"], x["at_s"] = gap, round(a, 1)
+    return list(out.values())
 
 
 def _mismatch(m: Any, journal: Journal, info: RunInfo) -> dict[str, Any]:
@@ -215,6 +244,18 @@ def render(s: dict[str, Any]) -> str:
         f"  unclean (a failure):             {len(e['unclean'])}",
         *[f"    {x}" for x in e["unclean"][:SHOWN]],
     ]
+    subs = s.get("subscriptions") or {}
+    if subs.get("streams"):
+        out += ["", f"subscriptions (a stream whose LSN stands still over "
+                f"{subs['gap_bound_s']:g} s with no fault active is a failure; heartbeats come "
+                "every second)"]
+        for x in subs["streams"]:
+            worst = x["max_gap_without_fault_s"]
+            out.append(
+                f"  subscriber {x['subscriber']} ({x['view']}): its LSN moved {x['events']} "
+                f"times in {x['streams']} stream(s), stood still at most {x['max_gap_s']:g} s, "
+                f"{worst:g} s with no fault active"
+                + (f" at {x['at_s']:g} s: FAIL" if worst > subs["gap_bound_s"] else ""))
     if s["faults"]:
         out += ["", "fault windows"]
         for f in s["faults"]:

@@ -14,7 +14,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from partialflow.client import Client, DeadlineExceeded, PartialflowError, Unavailable
+from partialflow.client import (
+    AlreadyExists,
+    Client,
+    DeadlineExceeded,
+    PartialflowError,
+    Unavailable,
+)
 from partialflow.client.stress import workload as wl
 from partialflow.client.stress.hooks import TestHooks
 from partialflow.client.stress.load import (
@@ -46,6 +52,8 @@ def _check_args(args: argparse.Namespace) -> str | None:
         return "--writers and --readers must be at least 1"
     if getattr(args, "subscribers", 0) < 0:
         return "--subscribers must not be negative"
+    if getattr(args, "subscription_gap", 10.0) <= 0:
+        return "--subscription-gap must be positive"
     if args.duration <= 0 or args.fault_window <= 0:
         return "--duration and --fault-window must be positive"
     if not 0 <= args.evict_rate <= 1:
@@ -85,6 +93,10 @@ def _setup(
             try:
                 client.execute(sql)
                 break
+            except AlreadyExists:
+                if attempt == 0:
+                    raise
+                break  # the try the client gave up on (its --timeout) went through after all
             except (Unavailable, DeadlineExceeded):
                 # Loading a view's full state is a Spark job under the server's upquery
                 # deadline, which a short --upquery-timeout on a busy machine can miss;
@@ -358,6 +370,7 @@ def run_stress(client: Client, args: argparse.Namespace) -> int:
         stats.get("upquery_ms") or {},
         phases,
         args.read_bound,
+        getattr(args, "subscription_gap", 10.0),
     )
     summary = summarize(journal, verdict, info)
     print(render(summary))

@@ -4,10 +4,15 @@ verifier checks them against Spark over the write history like any lookup.
 
 What is recorded (call "subscription"): every key of the snapshot (or of the first batch
 after a resume), each changed key at the LSN of its batch, one random key at each
-heartbeat, and every key at the end. A stream cut off (a slow reader, a refill failing
-under a fault) is a failure of kind ResourceExhausted/Unavailable, and the subscriber
-resumes from the LSN the error carries, keeping the rows it rebuilt: the resumed stream's
-first batch must bring exactly those rows up to date.
+heartbeat, and every key at the end. And when each stream's LSN moved (``Stream``; a
+heartbeat repeating the last LSN does not count): the report fails a stream whose LSN
+stood still for longer than ``--subscription-gap`` seconds with no fault active while the
+writers kept writing (issue 31: heartbeats kept coming, at one LSN, for many seconds).
+
+A stream cut off (a slow reader, a refill failing under a fault) is a failure of kind
+ResourceExhausted/Unavailable, and the subscriber resumes from the LSN the error
+carries, keeping the rows it rebuilt: the resumed stream's first batch must bring
+exactly those rows up to date.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from typing import Any
 
 from partialflow.client import CaughtUp, Change, Heartbeat, PartialflowError, Snapshot
 from partialflow.client.stress import workload as wl
-from partialflow.client.stress.record import Failure, Journal, Read
+from partialflow.client.stress.record import Failure, Journal, Read, Stream
 
 CALL = "subscription"
 
@@ -91,17 +96,24 @@ def run_subscriber(client: Any, prefix: str, index: int, spec: wl.ViewSpec, jour
     from_lsn: int | None = None
     while not stop.is_set():
         start = journal.now()
+        stream = Stream(index, spec.name, start)
+        journal.streams.append(stream)
         try:
             with client.subscribe(prefix + spec.name, keys, from_lsn=from_lsn) as sub:
                 # Heartbeats wake the loop at least once a second to notice ``stop``. It
                 # stops between batches only: every key recorded at the end is exact then.
                 for event in sub:
+                    if event.lsn > stream.lsn:
+                        stream.lsn = event.lsn
+                        stream.events.append(journal.now())
                     mid_batch = isinstance(event, Change) and event.lsn == state.batch_lsn
                     if stop.is_set() and not mid_batch:
                         break
                     state.apply(event, rng)
+            stream.closed = journal.now()
             state.end_batch()
         except PartialflowError as err:
+            stream.closed = journal.now()
             state.end_batch()
             if stop.is_set():  # the load is over and its channel closed under it
                 break

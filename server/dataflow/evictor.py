@@ -49,6 +49,9 @@ class Evictor:
         # (sid, fill key) -> how many subscribed reader keys rely on it (subscriptions.py):
         # never evicted for memory, as a subscriber would get a refill at every packet.
         self.pins: dict[tuple[int, Row], int] = {}
+        # Keys pinned because of what they are joined into now (subscriptions.py: a join
+        # index key a subscribed key's rows come through). Asked per key at eviction.
+        self.depends: Callable[[State, Row], bool] | None = None
 
     # -- registry ----------------------------------------------------------------------
     def register(self, states: list[State]) -> None:
@@ -133,7 +136,8 @@ class Evictor:
         while total > self.memory_limit and self._lru:
             (sid, fk), _ = self._lru.popitem()  # least recently used
             st = self.states.get(sid)
-            if st is not None and (_pinned(st, fk) or (sid, fk) in self.pins):
+            if st is not None and (_pinned(st, fk) or (sid, fk) in self.pins
+                                   or (self.depends is not None and self.depends(st, fk))):
                 pinned.append((sid, fk))
                 continue
             if st is not None:

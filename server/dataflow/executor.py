@@ -320,6 +320,13 @@ class Executor:
     def evict(self, st: State, fk: Row) -> None:
         self.evictor.evict(st, fk)
 
+    def landed(self, st: State, keys: list[Row], lsn: int) -> None:
+        """A read's fill loaded reader ``keys`` of ``st`` at snapshot ``lsn`` (before its
+        held updates replay): subscriptions use them as rows known at ``lsn``."""
+        subs = self.subscriptions
+        if subs is not None and subs.active:
+            subs.landed(st, keys, lsn)
+
     def replay(self, held: list[Held], before: Callable[[int], None] | None = None,
                scope: dict[tuple[State, Row], int] | None = None) -> None:
         """Apply a fill's held updates (in LSN order) now that its keys are filled.
@@ -327,6 +334,27 @@ class Executor:
         they first arrived. ``before(lsn)`` runs before each batch (gates, gating.py);
         ``scope``: the only filled keys the updates may change (an index fill's)."""
         self._scope = scope
+        subs = self.subscriptions
+        if subs is not None and subs.active:
+            # Subscriptions learn each LSN's rows of the keys the fill landed on
+            # (subscriptions.replayed): after the last batch of one LSN, before the gates
+            # of the next.
+            last: list[int] = []
+
+            def marked(lsn: int) -> None:
+                if last and lsn != last[0]:
+                    subs.replayed(last[0])
+                last[:] = [lsn]
+                if before is not None:
+                    before(lsn)
+
+            try:
+                self._replay(held, marked)
+                if last:
+                    subs.replayed(last[0])
+            finally:
+                self._scope = None
+            return
         try:
             self._replay(held, before)
         finally:

@@ -25,13 +25,13 @@ from partialflow.server.dataflow.materialize import states_of
 from partialflow.server.dataflow.packets import Write
 from partialflow.server.dataflow.reads import Param, Read, check_key, keys_fit, parameters
 from partialflow.server.dataflow.recovery import recover
+from partialflow.server.dataflow.resume import rows_as_of
 from partialflow.server.dataflow.runner import UpqueryRunner
 from partialflow.server.dataflow.state import State
 from partialflow.server.dataflow.subscriptions import (
     DEFAULT_MAX_BUFFERED,
     Subscription,
     SubscriptionManager,
-    rows_as_of,
 )
 from partialflow.server.errors import (
     AlreadyExists,

@@ -50,6 +50,7 @@ class FillHost(Protocol):
     def replay(self, held: list[Held], before: Callable[[int], None] | None = None,
                scope: dict[tuple[State, Row], int] | None = None) -> None: ...
     def evict(self, st: State, fk: Row) -> None: ...
+    def landed(self, st: State, keys: list[Row], lsn: int) -> None: ...
     def wake_at(self, when: float) -> None: ...
     def observe(self, event: str, fields: dict) -> None: ...
 
@@ -240,10 +241,14 @@ class FillCoordinator:
                 x.clear_pending(k, fill)
                 self.host.changed(x, k)
                 ready[(x, k)] = fill.lsn
+            if keys and not fill.index and x.node.view is not None:
+                self.host.landed(x, keys, fill.lsn)  # exact at fill.lsn until the replay
         for (st, fk), since in fill.gated.items():  # blocked keys get their rows back
             if st.unblock(fk, fill):
                 self.host.changed(st, fk)
                 ready[(st, fk)] = since
+                if st.node.view is not None:
+                    self.host.landed(st, [fk], since)
         # Replay what was held in the order it happened. Keys that index fills gated
         # meanwhile are blocked on them at the LSN they were gated at: held updates up to
         # that LSN apply first, later ones reach the blocked key and are held again.
@@ -257,16 +262,23 @@ class FillCoordinator:
                 for w in ws:
                     self.want(st, fk, w)
         if not fill.index and self.prefetcher.enabled:
-            self._prefetch([key for key in ready if key[0].is_filled(key[1])])
+            # Keys blocked again (gated while this fill was in flight) count too: what
+            # they depend on is known from the full side, not from their rows, and
+            # skipping them left the index cold exactly where moves keep gating.
+            self.prefetch([key for key in ready
+                           if key[0].is_filled(key[1]) or key[0].is_blocked(key[1])])
 
-    def _prefetch(self, filled: list[tuple[State, Row]]) -> None:
-        """Fetch the index keys that keys a read's fill just filled depend on, in this
-        packet's index fills (prefetch.py): pending from the current position on, gating
-        nothing."""
-        for side, keys in self.prefetcher.keys(filled).items():
+    def prefetch(self, filled: list[tuple[State, Row]], most: int | None = None) -> int:
+        """Fetch the index keys that ``filled`` keys (a read's fill just filled them, or
+        they are subscribed) depend on, in this packet's index fills (prefetch.py):
+        pending from the current position on, gating nothing. Returns how many."""
+        n = 0
+        for side, keys in self.prefetcher.keys(filled, most).items():
             for fk in keys:
-                if side.lookup(fk) == "hole":
-                    self.index.fill_for(side, fk, self._closure)
+                if side.lookup(fk) == "hole" and self.index.fill_for(
+                        side, fk, self._closure) is not None:
+                    n += 1
+        return n
 
     def answer(self, st: State, fk: Row, waiters: list[Waiter]) -> None:
         """Deliver a filled key's rows to the reads waiting for it, at the applied LSN."""

@@ -67,12 +67,15 @@ class Prefetcher:
         if states:
             self._plans.clear()
 
-    def keys(self, filled: Iterable[tuple[State, Row]]) -> dict[State, list[Row]]:
+    def keys(self, filled: Iterable[tuple[State, Row]], most: int | None = None
+             ) -> dict[State, list[Row]]:
         """Holes of evict-on-miss indexes that the just-filled ``filled`` keys depend
-        on, per index state."""
+        on, per index state (none for a key depending on more than ``most``, by default
+        MAX_KEYS_PER_KEY)."""
+        most = MAX_KEYS_PER_KEY if most is None else most
         wanted: dict[Plan, set[Row]] = {}
         for st, fk in filled:
-            for plan in self._plans_of(st):
+            for plan in self.plans(st):
                 wanted.setdefault(plan, set()).add(fk)
         out: dict[State, dict[Row, None]] = {}
         for plan, fks in wanted.items():
@@ -90,7 +93,7 @@ class Prefetcher:
                             found.setdefault(fk, {})[jk] = None
             holes = out.setdefault(miss, {})
             for jks in found.values():
-                if len(jks) <= MAX_KEYS_PER_KEY:
+                if len(jks) <= most:
                     holes.update((jk, None) for jk in jks if miss.lookup(jk) == "hole")
         result = {m: list(ks) for m, ks in out.items() if ks}
         n = sum(len(ks) for ks in result.values())
@@ -98,7 +101,8 @@ class Prefetcher:
             self.stats.count("index_keys_prefetched", n)
         return result
 
-    def _plans_of(self, st: State) -> list[Plan]:
+    def plans(self, st: State) -> list[Plan]:
+        """How the index keys that ``st``'s keys depend on are found (cached)."""
         plans = self._plans.get(st.sid)
         if plans is None:
             plans = []
@@ -107,6 +111,20 @@ class Prefetcher:
                 _walk(node, tuple(st.partial_cols), plans)
             self._plans[st.sid] = plans
         return plans
+
+
+def dependents(plan: Plan, jk: Row) -> list[Row] | None:
+    """The downstream keys (of the state ``plan`` was made for) that index key ``jk`` of
+    ``plan.miss`` is joined into now: the full side's rows at ``jk`` give them. None when
+    the full side is not indexed by the join key (they could only be found by a scan)."""
+    full = plan.full
+    if tuple(full.index_cols) != plan.key_cols:
+        return None
+    rows = full.rows_at(jk)
+    if not rows:
+        return []
+    cols = plan.cols
+    return [tuple([row[c] for c in cols]) for row in rows]
 
 
 def _walk(node: Node, req: tuple[int, ...], out: list[Plan]) -> None:

@@ -13,13 +13,19 @@ exhausted MIN/MAX candidate set, an explicit evict) turns the key into a hole; t
 asks for its refill like a read miss and, once filled, sends the difference: a
 correction, never a gap, and never a row counted twice.
 
-Consistent cuts only: a subscription sends nothing while any of its keys is not readable
-(a hole, pending on a fill, or blocked on an index fill, gating.py); changes accumulate
-(its keys are marked dirty) and go out, as one batch, at the first packet end where every
-key is filled. Every LSN a subscriber is told (snapshot, change batch, heartbeat) is thus
-one at which *all* of its keys' rows as reconstructed are exactly the view's answer, so
-any of them is a valid point to resume from. The price: one key kept blocked delays the
-others' changes (documented in docs/concepts.md, Subscriptions).
+Consistent cuts only: every LSN a subscriber is told (snapshot, change batch, heartbeat)
+is one at which *all* of its keys' rows as reconstructed are exactly the view's answer, so
+any of them is a valid point to resume from. While a key is not readable (a hole, pending
+on a fill, or blocked on an index fill, gating.py) nothing past the last packet end where
+it was is sent; the manager records where each key's rows are known (cuts.py: up to
+then, and again from the snapshot of the fill that brings it back, through the updates
+that fill replays) and sends one batch at the latest LSN where all of them are known. It
+used to wait for a packet end where every key was readable: under a stream of refills of
+one key after another (MAX candidates running out) there was none, and the subscription's
+LSN stood still for as long as the stream lasted. Holes of one subscription
+are refilled in rounds (``_defer``) so that each landing moves its cut.
+The price that remains: a key kept blocked delays the others' changes by about one upquery
+(docs/subscriptions-liveness.md).
 
 Rows are compared and sent as a read presents them (``reads.present``: ORDER BY/LIMIT
 applied, hidden columns removed), so a subscriber's rows equal a lookup's.
@@ -33,7 +39,15 @@ from the key's). A key that moved (filled again, blocked, evicted) or a state wi
 anomaly gives no log: that key is compared whole, as before.
 
 Subscribed keys (and the same key of every partial state below the reader) are pinned
-against memory eviction (``Evictor.pins``). The executor thread runs ``after_packet``; the
+against memory eviction (``Evictor.pins``), and so are the keys of evict-on-miss join
+indexes they are joined from now (``depends``: the visit index at the products of a
+subscribed category), which are fetched as soon as a subscribed key is readable
+(``FillCoordinator.prefetch``). Without that, memory pressure evicted those index keys
+(they are keyed by product, not by category, so the pins above missed them); every
+later write of such a product then missed the index and gated the subscribed keys on an
+index fill, and with a steady stream of writes some key of the subscription was always
+gated, so no packet end had them all readable: no batch, the heartbeat's LSN frozen, for
+as long as the writes went on (issue 31). The executor thread runs ``after_packet``; the
 streaming threads only take events from each ``Subscription``'s bounded queue.
 """
 
@@ -42,16 +56,18 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter, deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from partialflow.operators.base import Row
+from partialflow.server.dataflow import cuts
+from partialflow.server.dataflow.cuts import NONE as _NONE
+from partialflow.server.dataflow.cuts import KeyHistory, latest_cut
 from partialflow.server.dataflow.fill import Waiter
+from partialflow.server.dataflow.pins import Pins
 from partialflow.server.dataflow.reads import present, visible
 from partialflow.server.dataflow.state import BUCKET_OVERHEAD
 from partialflow.server.errors import PartialflowError, ResourceExhausted, Unavailable
-from partialflow.server.verifier import oracle_sql
 
 if TYPE_CHECKING:
     from partialflow.server.dataflow.executor import Executor
@@ -62,7 +78,13 @@ if TYPE_CHECKING:
 log = logging.getLogger("partialflow.subscriptions")
 
 DEFAULT_MAX_BUFFERED = 10_000  # change batches queued for one stream before it is cut off
-RESUME_KEYS_PER_JOB = 200  # keys of a resume read as of from_lsn per Spark job
+# A subscribed key's join index keys are fetched when it becomes readable if it depends
+# on at most this many (a read's fill stops at prefetch.MAX_KEYS_PER_KEY; a subscribed
+# key is read at every write, so each index key it misses costs an index fill and a gate).
+PREFETCH_MOST = 10_000
+# A subscribed hole waits at most this long (seconds) for the subscription's other keys
+# being filled before its own refill goes out (refills in rounds: cuts.py).
+DEFER_MAX = 1.0
 
 Bag = Counter  # row -> multiplicity (rows as presented)
 KeyChange = tuple[Row, list[Row], list[Row]]  # (key, inserted, deleted)
@@ -107,6 +129,9 @@ class Subscription:
         self.ready = False
         self.error: PartialflowError | None = None  # set: the stream ends with it
         self.closed = False
+        # While some key is not readable: where each key's rows are known since the
+        # cut (cuts.py); None while all are (or for a view whose changes don't add up).
+        self.hist: dict[Row, KeyHistory] | None = None
 
     # -- streaming thread ----------------------------------------------------------------
     def next_event(self, timeout: float) -> Event | None:
@@ -166,6 +191,14 @@ class SubscriptionManager:
         self.starting: set[Subscription] = set()
         self._dropped: list[Subscription] = []
         self.packet_lsn = 0  # the LSN of the last packet end (under the lock)
+        self.pins = Pins(executor, self.by_key)
+        executor.evictor.depends = self.pins.depends
+        self.deferred: dict[tuple[State, Row], float] = {}  # hole -> when first deferred
+        # Subscribed keys a fill landed on in this packet: their held updates replay.
+        self._replaying: dict[tuple[State, Row], None] = {}
+        # Recent packet-end LSNs: a subscription's cut must be one (cuts.py).
+        self._ends: deque[int] = deque(maxlen=4096)
+        self._ends_set: set[int] = set()
 
     @property
     def active(self) -> bool:
@@ -180,7 +213,8 @@ class SubscriptionManager:
         st = sub.reader.state
         new = [k for k in sub.keys if (st, k) not in self.by_key]
         if memory_limit is not None:
-            need = self.pinned_bytes() + len(new) * BUCKET_OVERHEAD + self.ex.evictor.full_bytes
+            need = (self.pins.pinned_bytes() + len(new) * BUCKET_OVERHEAD
+                    + self.ex.evictor.full_bytes)
             if need > memory_limit:
                 raise ResourceExhausted(
                     f"subscribing to {len(sub.keys)} key(s) of view {sub.view!r} needs at least "
@@ -189,11 +223,12 @@ class SubscriptionManager:
         for k in sub.keys:
             self.by_key.setdefault((st, k), []).append(sub)
             if len(self.by_key[(st, k)]) == 1:
-                self._pin(st, k, +1)
+                self.pins.pin(st, k, +1)
                 st.watch(k)
         self.starting.add(sub)
         sub.unready = set(sub.keys)
         self.waiting.update((st, k) for k in sub.keys)
+        self.pins.plans({sub.reader.state for sub in self.subs.values()})
 
     def remove(self, sub: Subscription) -> None:
         """Unregister (executor thread): the stream ended or the client went away."""
@@ -208,41 +243,16 @@ class SubscriptionManager:
             if not subs:
                 del self.by_key[(st, k)]
                 self.waiting.discard((st, k))
+                self.deferred.pop((st, k), None)
                 self.refills.pop((st, k), None)
-                self._pin(st, k, -1)
+                self.pins.pin(st, k, -1)
                 st.unwatch(k)
         self.starting.discard(sub)
+        self.pins.plans({sub.reader.state for sub in self.subs.values()})
 
     def _drop(self, sub: Subscription) -> None:
         """A subscription ended by the manager (under the lock): removed after the packet."""
         self._dropped.append(sub)
-
-    def _pin(self, st: State, fk: Row, delta: int) -> None:
-        """Pin (un-pin) ``fk`` of the reader and of every partial state below it with the
-        same key (evicting one of those would evict the reader's key with it)."""
-        pins = self.ex.evictor.pins
-        stack, seen = [st], set()
-        while stack:
-            s = stack.pop()
-            if s.sid in seen:
-                continue
-            seen.add(s.sid)
-            key = (s.sid, fk)
-            n = pins.get(key, 0) + delta
-            if n > 0:
-                pins[key] = n
-            else:
-                pins.pop(key, None)
-            stack.extend(s.below)
-
-    def pinned_bytes(self) -> int:
-        states = self.ex.evictor.states
-        total = 0
-        for sid, fk in self.ex.evictor.pins:
-            s = states.get(sid)
-            if s is not None and s.mode != "full":
-                total += s.size_of(fk)
-        return total
 
     def forget(self, states: list[State]) -> None:
         """States of a dropped view: its subscriptions end."""
@@ -290,6 +300,7 @@ class SubscriptionManager:
                     touched.add(sub)
         asked = False
         failed: list[tuple[tuple[State, Row], Exception]] = []
+        readable: list[tuple[State, Row]] = []
         for key in list(waiting):
             st, fk = key
             subs = self.by_key.get(key)
@@ -299,14 +310,24 @@ class SubscriptionManager:
             if st.is_filled(fk):
                 waiting.discard(key)
                 self.refills.pop(key, None)
+                self.deferred.pop(key, None)
+                readable.append(key)
                 for sub in subs:
-                    sub.unready.discard(fk)
+                    if fk in sub.unready:
+                        sub.unready.discard(fk)
+                        sub.dirty.add(fk)
                     touched.add(sub)
                 continue
             for sub in subs:
-                sub.unready.add(fk)
+                if fk not in sub.unready:
+                    sub.unready.add(fk)
+                    sub.dirty.add(fk)
+                    touched.add(sub)
             if st.lookup(fk) != "hole" or fk in self.ex.fills.wanted.get(st, {}):
                 continue  # pending on a fill, or blocked: it comes back filled
+            if self._defer(key, subs):
+                continue
+            self.deferred.pop(key, None)
             w = self.refills.get(key)
             if w is not None and w.error is not None:
                 # The refill's upquery failed: end the streams (they resume from their
@@ -316,6 +337,8 @@ class SubscriptionManager:
             w = self.refills[key] = Waiter({fk})
             asked = True
             self.ex.fills.want(st, fk, w)
+        if readable and self.ex.fills.prefetch(readable, PREFETCH_MOST):
+            asked = True  # the index fills go out with the next packet end: soon
         with self.lock:
             for key, error in failed:
                 self.refills.pop(key, None)
@@ -326,31 +349,69 @@ class SubscriptionManager:
                 if sub.error is None:
                     self._flush(sub, lsn)
             self.packet_lsn = lsn
+        self._replaying.clear()
+        if not self._ends or self._ends[-1] != lsn:
+            if len(self._ends) == self._ends.maxlen:
+                self._ends_set.discard(self._ends[0])
+            self._ends.append(lsn)
+            self._ends_set.add(lsn)
         self._remove_dropped()
         if asked:  # issue the refills soon, not at the next write
             self.ex.wake_at(self.ex.clock())
 
+    def _defer(self, key: tuple[State, Row], subs: list[Subscription]) -> bool:
+        """Whether hole ``key``'s refill waits for the next round: every subscription of
+        it has another key being refilled (pending on a read's fill), and it has not
+        waited DEFER_MAX yet. A key evicted while another's refill is in flight is then
+        refilled from a snapshot after that one lands, where the other is known (cuts.py)."""
+        st = key[0]
+        for sub in subs:
+            if not any(k != key[1] and _refilling(st, k) for k in sub.unready):
+                return False
+        now = self.ex.clock()
+        return now - self.deferred.setdefault(key, now) < DEFER_MAX
+
+    def landed(self, st: State, keys: list[Row], lsn: int) -> None:
+        """A fill loaded ``keys`` of ``st``, exact at ``lsn`` (cuts.landed)."""
+        cuts.landed(self, st, keys, lsn)
+
+    def replayed(self, lsn: int) -> None:
+        """Held updates up to ``lsn`` replayed (cuts.replayed)."""
+        cuts.replayed(self, lsn)
+
+    def _start_ok(self, sub: Subscription) -> bool:
+        """A subscription about to start fits the memory limit with what is pinned (or
+        has ended)."""
+        self.starting.discard(sub)
+        limit = self.ex.evictor.memory_limit
+        if limit is not None:
+            need = self.pins.pinned_bytes() + self.ex.evictor.full_bytes
+            if need > limit:
+                sub._end(ResourceExhausted(
+                    f"the {len(sub.keys)} subscribed key(s) of view {sub.view!r} need "
+                    f"{need} bytes pinned with the others, more than the memory limit of "
+                    f"{limit} bytes"), 0)
+                return False
+        return True
+
     def _flush(self, sub: Subscription, lsn: int) -> None:
         """Queue ``sub``'s snapshot or its dirty keys' differences at ``lsn`` (caller
-        holds the lock), if every key of it is readable."""
+        holds the lock), if every key of it is readable; else, at the latest LSN every
+        key is known at (``_flush_waiting``)."""
+        plan = sub.reader.plan
+        if sub.hist is not None or (sub.unready and plan.limit is None
+                                    and plan.empty_row is None):
+            self._flush_waiting(sub, lsn)
+            return
         if sub.unready:
             if sub.ready:  # it was exact at the previous packet end: keep that as its cut
                 sub.exact_lsn = sub.cut_lsn()
                 sub.ready = False
             return
         st = sub.reader.state
-        plan = sub.reader.plan
         if not sub.started:
-            self.starting.discard(sub)
-            limit = self.ex.evictor.memory_limit
-            if limit is not None:
-                need = self.pinned_bytes() + self.ex.evictor.full_bytes
-                if need > limit:
-                    sub._end(ResourceExhausted(
-                        f"the {len(sub.keys)} subscribed key(s) of view {sub.view!r} need "
-                        f"{need} bytes pinned with the others, more than the memory limit of "
-                        f"{limit} bytes"), 0)
-                    return
+            if not self._start_ok(sub):
+                return
             sub.started = True
             if not sub.resumed:
                 for k in sub.keys:  # the other subscribers' share of what is logged
@@ -374,6 +435,41 @@ class SubscriptionManager:
             if out:
                 sub._push(Event("changes", lsn, out))
         sub.ready = True
+
+    def _flush_waiting(self, sub: Subscription, lsn: int) -> None:
+        """Some key of ``sub`` is (or was, since its last cut) not readable: record where
+        each key's rows are known (cuts.record), and queue them at the latest LSN where
+        all are."""
+        hist = cuts.record(self, sub, lsn)
+        cut = latest_cut(list(hist.values()), lsn, sub.exact_lsn if sub.started else -1)
+        if cut is None:
+            return
+        if not sub.started:
+            if not self._start_ok(sub):
+                return
+            sub.started = True
+            if not sub.resumed:
+                snap: list[KeyChange] = [
+                    (k, cuts.ordered(sub.reader.plan, list(hist[k].rows_at(cut).elements())), [])
+                    for k in sub.keys]
+                for k, rows, _ in snap:
+                    sub.sent[k] = Counter(rows)
+                sub._push(Event("snapshot", cut, snap))
+            else:
+                sub._push(Event("changes", cut, cuts.diff_at(sub.sent, hist, sub.keys, cut)))
+        else:
+            out = cuts.diff_at(sub.sent, hist, sub.keys, cut)
+            if out:
+                sub._push(Event("changes", cut, out))
+            else:
+                sub.exact_lsn = cut
+        if cut == lsn and not sub.unready:  # every key readable: the usual way again
+            sub.hist = None
+            sub.ready = True
+            return
+        sub.ready = False
+        for h in hist.values():
+            h.rebase(cut)
 
     def _collect(self, st: State, fk: Row) -> None:
         """Hand the change logged at ``fk`` since the last take to each of its
@@ -419,7 +515,11 @@ class SubscriptionManager:
         return out
 
 
-_NONE = object()  # no change pending for a key
+def _refilling(st: State, fk: Row) -> bool:
+    """``fk`` is pending on a read's fill (not blocked on an index fill: a key blocked is
+    known again only once unblocked, whenever a hole's refill goes out)."""
+    fill = st.pending_fill(fk)
+    return fill is not None and not fill.index and not st.is_blocked(fk)
 
 
 def _apply_change(sent: Bag, change: Counter[Row], plan: ViewPlan
@@ -446,21 +546,3 @@ def _apply_change(sent: Bag, change: Counter[Row], plan: ViewPlan
         else:
             deleted.extend([row] * -n)
     return inserted, deleted
-
-
-
-def rows_as_of(query: Callable[[str, int], list[Row]], reader: Reader, keys: list[Row],
-               lsn: int, view_sql: Callable[[str], str | None]) -> dict[Row, list[Row]]:
-    """Each key's rows (as a read presents them) as of ``lsn``, by Spark over the base
-    tables' snapshot (what a resuming client holds): the view's SQL bound to each key,
-    as the verifier runs it, with many keys per job as one UNION ALL tagged by key."""
-    out: dict[Row, list[Row]] = {k: [] for k in keys}
-    for i in range(0, len(keys), RESUME_KEYS_PER_JOB):
-        chunk = keys[i:i + RESUME_KEYS_PER_JOB]
-        parts = [
-            f"SELECT {j} AS __pf_key, __pf_q.* FROM ({oracle_sql(reader.sql, k, view_sql)}) "
-            "AS __pf_q" for j, k in enumerate(chunk)
-        ]
-        for row in query(" UNION ALL ".join(parts), lsn):
-            out[chunk[row[0]]].append(tuple(row[1:]))
-    return out

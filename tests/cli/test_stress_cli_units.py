@@ -11,7 +11,14 @@ import pytest
 
 from partialflow.client.stress import workload as wl
 from partialflow.client.stress.load import Writer, fault_schedule
-from partialflow.client.stress.record import Failure, FaultWindow, Journal, Read, Write
+from partialflow.client.stress.record import (
+    Failure,
+    FaultWindow,
+    Journal,
+    Read,
+    Stream,
+    Write,
+)
 from partialflow.client.stress.report import RunInfo, render, summarize
 from partialflow.client.stress.verify import FOREVER, Mismatch, Verdict, intervals, rows_at
 
@@ -119,3 +126,31 @@ def test_report_shows_a_mismatch_in_full_and_fails():
     assert "MISMATCH 1: view p_maxlen key ('c1',) at LSN 7" in text
     assert "served:   [\"('c1', 3)\"]" in text and "expected: [\"('c1', 4)\"]" in text
     assert text.endswith("FAIL")
+
+
+def test_report_fails_a_subscription_silent_over_the_gap_with_no_fault_active():
+    """Issue 31: a stream whose LSN stands still (heartbeats repeating one LSN count as
+    nothing) fails the run, unless a fault window explains it; the wait for the snapshot
+    is judged like a read's."""
+    j = Journal()
+    j.windows.append(FaultWindow("hang", 10.0, 18.0))
+    # Snapshot after 6 s, heartbeats each second, then 9 s of silence inside the window
+    # (counting its settle time), then on to the end.
+    events = [6.0 + i for i in range(6)] + [20.0 + i for i in range(20)]
+    j.streams.append(Stream(0, "maxlen", 0.0, events))  # open when the load ended
+    s = summarize(j, Verdict(), _info(duration=40.0, subscription_gap=5.0, settle=2.0))
+    assert s["passed"], render(s)
+    x = s["subscriptions"]["streams"][0]
+    assert x["max_gap_s"] == 9.0 and x["max_gap_without_fault_s"] == 1.0 and x["events"] == 26
+    # The same stream silent for its last 13 s (the load ended at 52 s): a failure.
+    s = summarize(j, Verdict(), _info(duration=52.0, subscription_gap=5.0, settle=2.0))
+    assert not s["passed"] and s["subscriptions"]["silent_over_bound"] == 1
+    assert s["subscriptions"]["streams"][0]["max_gap_without_fault_s"] == 13.0
+    assert "stood still at most 13 s, 13 s with no fault active at 39 s: FAIL" in render(s)
+    # A snapshot slower than the read bound is a silence like any other.
+    j = Journal()
+    j.streams.append(Stream(1, "top", 1.0, [15.0, 16.0], 17.0))
+    s = summarize(j, Verdict(), _info(duration=20.0, subscription_gap=5.0, read_bound=20.0))
+    assert s["passed"], render(s)
+    s = summarize(j, Verdict(), _info(duration=20.0, subscription_gap=5.0, read_bound=10.0))
+    assert not s["passed"] and s["subscriptions"]["streams"][0]["max_gap_without_fault_s"] == 14.0
