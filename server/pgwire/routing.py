@@ -267,8 +267,7 @@ class Router:
     # -- running ---------------------------------------------------------------------------
     def select(self, sql: str, params: list[Any], ctx: Context) -> Answer:
         if self.catalog.handles(sql):
-            ans = self.catalog.run(bind_params(sql, params) if params and "$" in sql else sql,
-                                   params)
+            ans = self.catalog.run(sql, params)  # the text as sent, $n with their values
             return Answer(list(ans.columns), list(ans.rows), ans.tag)
         if _NO_FROM.match(sql):
             constant = self._constant(bind_params(sql, params))
