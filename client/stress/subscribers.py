@@ -7,7 +7,7 @@ after a resume), each changed key at the LSN of its batch, one random key at eac
 heartbeat, and every key at the end. And when each stream's LSN moved (``Stream``; a
 heartbeat repeating the last LSN does not count): the report fails a stream whose LSN
 stood still for longer than ``--subscription-gap`` seconds with no fault active while the
-writers kept writing (issue 31: heartbeats kept coming, at one LSN, for many seconds).
+writers kept writing (heartbeats kept coming, at one LSN, for many seconds).
 
 A stream cut off (a slow reader, a refill failing under a fault) is a failure of kind
 ResourceExhausted/Unavailable, and the subscriber resumes from the LSN the error

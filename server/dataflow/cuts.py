@@ -6,7 +6,7 @@ common case). While one is not (a hole being refilled, a key pending or blocked)
 others go on changing, and under a steady stream of refills — MAX candidates running out
 for one key after another, each refill taking an upquery's time — some key was always
 unreadable, so no packet end had them all and the subscription's LSN stood still for as
-long as the stream went on (issue 31).
+long as the stream went on.
 
 But a subscription does not need a packet end where all keys are readable, only an LSN
 where each of them is *known*:

@@ -7,7 +7,7 @@ changes with every write of the join's full side (a product moving to another ca
 so the question is answered when the evictor reaches a key, from the full side's rows at
 that join key (``prefetch.dependents``). Without it, memory pressure evicted them (they are
 keyed by product, a subscribed view by category), and every later write of such a product
-missed the index and gated the subscribed keys on an index fill (issue 31).
+missed the index and gated the subscribed keys on an index fill.
 """
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ subscribed category), which are fetched as soon as a subscribed key is readable
 later write of such a product then missed the index and gated the subscribed keys on an
 index fill, and with a steady stream of writes some key of the subscription was always
 gated, so no packet end had them all readable: no batch, the heartbeat's LSN frozen, for
-as long as the writes went on (issue 31). The executor thread runs ``after_packet``; the
+as long as the writes went on. The executor thread runs ``after_packet``; the
 streaming threads only take events from each ``Subscription``'s bounded queue.
 """
 

@@ -132,7 +132,7 @@ def test_stress_cli_with_faults_finds_nothing_wrong(hooked_server, tmp_path):
     assert after.get("upquery_failures", 0) > before.get("upquery_failures", 0)  # fail fired
     assert engine.dataflow.runner.faults.mode == ""  # and was lifted
     # Subscribers' LSNs (under the memory limit, through the faults) never stood still for
-    # more than 10 s with no fault active (issue 31). (How often they moved depends on the
+    # more than 10 s with no fault active. (How often they moved depends on the
     # machine: a stream cut off by the "fail" window resumes through a Spark query.)
     subs = r["subscriptions"]
     assert subs["silent_over_bound"] == 0 and len(subs["streams"]) == 2

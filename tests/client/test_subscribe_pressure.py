@@ -1,4 +1,4 @@
-"""Subscriptions stay live under memory pressure (issue 31), against a real server.
+"""Subscriptions stay live under memory pressure, against a real server.
 
 The reported scenario: subscriptions to categories of the visits MAX-per-category view and
 of a row view over the same join, while two writers insert visits, delete the longest ones
