@@ -1,7 +1,7 @@
 """Subscriptions stay live under memory pressure, MAX candidates running out and join keys
 moving, stepped: no JVM, no threads, every interleaving the test's own.
 
-The scenario of the report, on the running example of visits (docs/concepts.md): a subscription to categories
+The scenario of the report (the visits example of docs/concepts.md): a subscription to categories
 of the visits MAX-per-category view while writes insert visits, delete the longest ones (the
 MAX candidates run out: the group is refilled) and move products between categories (the
 join's key moves), and reads of another view keep the memory limit busy. Every upquery
