@@ -1,0 +1,1 @@
+"""The PostgreSQL front end (protocol: pgcore; catalog: catalog*.py)."""
