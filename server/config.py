@@ -56,6 +56,12 @@ def parse_size(text: str | int) -> int:
     return int(float(match.group(1)) * _UNITS[unit])
 
 
+# The PostgreSQL listener's default port: not PostgreSQL's own 5432, so a server beside a
+# local PostgreSQL starts without a clash.
+DEFAULT_PG_PORT = 55432
+PG_OFF = -1  # what ``--pg-port off`` parses to (a flag value of None means "not given")
+
+
 @dataclass(frozen=True)
 class Config:
     """Everything a server needs to start; defaults are the embedded single-machine setup."""
@@ -102,11 +108,14 @@ class Config:
     # A read's fill also fetches the join index keys its keys depend on (dataflow/prefetch.py):
     # fewer index fills under dimension updates, for a background scan and memory per fill.
     index_prefetch: bool = True
+    # The PostgreSQL protocol listener (server/pgwire) on the same host: None = off, 0 = a
+    # free port. Its default follows --port 0 (see ``effective_pg_port``).
+    pg_port: int | None = DEFAULT_PG_PORT
 
     def __post_init__(self) -> None:
         if not self.data_dir:
             raise ValueError("data_dir is required")
-        for name in ("port", "metrics_port"):
+        for name in ("port", "metrics_port", "pg_port"):
             value = getattr(self, name)
             if value is not None and not 0 <= value <= 65535:
                 raise ValueError(f"invalid {name} {value}: must be 0..65535 (0 picks a free one)")
@@ -134,6 +143,14 @@ class Config:
             raise ValueError(
                 f"invalid verify_max_per_second {self.verify_max_per_second}: must be positive"
             )
+
+    def effective_pg_port(self) -> int | None:
+        """The port the PostgreSQL listener binds (None: off). The default port follows
+        ``port`` 0: a server asked for a free gRPC port (tests, several servers on one
+        machine) gets a free PostgreSQL port too instead of all contending for 55432."""
+        if self.pg_port == DEFAULT_PG_PORT and self.port == 0:
+            return 0
+        return self.pg_port
 
     @property
     def tls(self) -> bool:
@@ -184,6 +201,15 @@ def _on_off(text: str) -> bool:
     if text not in ("on", "off"):
         raise ValueError(f"invalid choice {text!r}; use on or off")
     return text == "on"
+
+
+def _port_or_off(text: str) -> int:
+    if text.strip().lower() == "off":
+        return PG_OFF
+    port = _int(text)
+    if not 0 <= port <= 65535:
+        raise ValueError(f"invalid port {port}: must be 0..65535 (0 picks a free one) or off")
+    return port
 
 
 def parse_spark_conf(text: str) -> tuple[tuple[str, str], ...]:
@@ -250,6 +276,14 @@ SERVE_OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "--auth-token-file", "auth_token_file", str, "read the token from FILE (first line)", "FILE"
+    ),
+    Option(
+        "--pg-port",
+        "pg_port",
+        _port_or_off,
+        f"PostgreSQL protocol port (default {DEFAULT_PG_PORT}, a free one with --port 0; "
+        "0 picks a free one; off disables it)",
+        "PORT|off",
     ),
     Option(
         "--metrics-port",
@@ -381,6 +415,8 @@ def resolve_config(given: Mapping[str, Any], environ: Mapping[str, str] | None =
     if token is not None:
         values["auth_token"] = token
     values = {k: v for k, v in values.items() if k in _FIELDS}
+    if values.get("pg_port") == PG_OFF:
+        values["pg_port"] = None
     if "data_dir" not in values:
         raise ValueError("a data directory is required: --data DIR or PARTIALFLOW_DATA")
     return Config(**values)

@@ -415,6 +415,20 @@ class Engine:
     def unsubscribe(self, sub: Any) -> None:
         self._views().unsubscribe(sub)
 
+    def view_schema(self, view: str) -> dict[str, Any]:
+        """A view's name, SQL, visible columns and parameters, for front ends that must type
+        them (the PostgreSQL protocol): ``keys`` holds, per ``?`` parameter in order, the
+        view's column it keys (its name in the plan), the base column it compares and that
+        column's type (None when computed). NotFound for an unknown view."""
+        views = self._views()
+        reader = views._reader(view)
+        plan = reader.plan
+        params = views._params.get(reader.name) or [None] * len(plan.key)
+        keys = [(plan.root.columns[c], p.name if p else None, p.type if p else None)
+                for c, p in zip(plan.key, params, strict=False)]
+        return {"name": reader.name, "sql": reader.sql, "columns": list(plan.columns),
+                "keys": keys}
+
     def evict(self, view: str, key: tuple | None) -> int:
         """Evict ``key`` of ``view`` (or keys of the dataflow's choosing); returns the count."""
         return self._views().evict(view, key)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import logging
 import signal
+import socket
 import sys
 import threading
 import weakref
@@ -26,6 +27,7 @@ from partialflow.server.app.testhooks import add_test_hooks
 from partialflow.server.config import Config
 from partialflow.server.engine import Engine
 from partialflow.server.errors import PartialflowError, Unavailable
+from partialflow.server.pgwire import PgListener
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +39,7 @@ class _Wiring:
     owns_engine: bool
     metrics: Metrics | None = None
     metrics_port: int | None = None
+    pg: PgListener | None = None
 
 
 # What stop_server needs to know about each server create_server made.
@@ -117,7 +120,13 @@ def create_server(
     owns_engine = engine is None
     metrics: Metrics | None = None
     metrics_port: int | None = None
+    pg: PgListener | None = None
+    pg_socket: socket.socket | None = None
     try:
+        # Bound before Spark starts too, so a taken PostgreSQL port also fails fast.
+        pg_port = config.effective_pg_port()
+        if pg_port is not None:
+            pg_socket = PgListener.bind(config.host, pg_port)
         if engine is None:
             if spark is None:
                 from partialflow.server.spark import spark_session
@@ -136,16 +145,24 @@ def create_server(
             metrics_port = metrics.serve(
                 config.host, config.metrics_port, config.tls_cert, config.tls_key
             )
+        if pg_socket is not None:
+            pg = PgListener(engine, pg_socket, tls_cert=config.tls_cert,
+                            tls_key=config.tls_key, auth_token=config.auth_token).start()
+            pg_socket = None
         for service in ("", SERVICE_NAME):
             checker.set(service, health_pb2.HealthCheckResponse.SERVING)
     except BaseException:
         server.stop(None)
+        if pg is not None:
+            pg.stop()
+        elif pg_socket is not None:
+            pg_socket.close()
         if metrics is not None:
             metrics.close()
         if owns_engine and engine is not None:
             engine.close()
         raise
-    _WIRING[server] = _Wiring(engine, checker, owns_engine, metrics, metrics_port)
+    _WIRING[server] = _Wiring(engine, checker, owns_engine, metrics, metrics_port, pg)
     return server, port
 
 
@@ -159,12 +176,20 @@ def metrics_port_of(server: grpc.Server) -> int | None:
     return _WIRING[server].metrics_port
 
 
+def pg_port_of(server: grpc.Server) -> int | None:
+    """The port the PostgreSQL listener accepts on (None when it is off)."""
+    pg = _WIRING[server].pg
+    return pg.port if pg is not None else None
+
+
 def stop_server(server: grpc.Server, grace: float | None = 5.0) -> None:
     """Report NOT_SERVING, let in-flight calls finish for ``grace`` seconds, stop, and
     close the engine if ``create_server`` made it."""
     wiring = _WIRING.get(server)
     if wiring is not None:
         wiring.health.enter_graceful_shutdown()
+    if wiring is not None and wiring.pg is not None:
+        wiring.pg.stop()  # before the engine closes: no session may call into it after
     server.stop(grace).wait()
     if wiring is not None and wiring.metrics is not None:
         wiring.metrics.close()
@@ -176,7 +201,8 @@ def serve(config: Config) -> int:
     """Run a server until SIGTERM or SIGINT, then shut down cleanly; returns the exit code.
 
     Prints ``listening on HOST:PORT`` (flushed) once it accepts calls and is SERVING, after
-    ``metrics on http[s]://HOST:PORT/metrics`` when metrics are on. Logs go to stderr.
+    ``metrics on http[s]://HOST:PORT/metrics`` when metrics are on and
+    ``postgres listening on HOST:PORT`` when the PostgreSQL listener is on. Logs go to stderr.
     """
     setup_logging(config.log_level, config.log_format)
     stop = threading.Event()
@@ -210,6 +236,9 @@ def serve(config: Config) -> int:
         if metrics_port is not None:
             scheme = "https" if config.tls else "http"
             print(f"metrics on {scheme}://{_address(config.host, metrics_port)}/metrics")
+        pg_port = pg_port_of(server)
+        if pg_port is not None:  # before the gRPC line, which tests wait for last
+            print(f"postgres listening on {_address(config.host, pg_port)}")
         print(f"listening on {_address(config.host, port)}", flush=True)
         log.info(
             "serving",
@@ -219,6 +248,7 @@ def serve(config: Config) -> int:
                 "tls": config.tls,
                 "auth": config.auth_token is not None,
                 "metrics_port": metrics_port,
+                "pg_port": pg_port_of(server),
             },
         )
     while not stop.wait(0.5):  # a timed wait keeps the main thread responsive to signals

@@ -216,12 +216,13 @@ class Catalog:
         tables = [(ids[ts.name.lower()], ts) for ts in storage.tables()
                   if ts.name.lower() in ids]
         views = []
-        readers = getattr(self.engine.dataflow, "graph", None)
-        readers = readers.readers if readers is not None else {}
-        for name, sql in storage.views():
-            reader = readers.get(name.lower())
-            if reader is not None:
-                views.append((name, sql, list(reader.plan.columns)))
+        if self.engine.dataflow is not None:
+            for name, sql in storage.views():
+                try:
+                    columns = self.engine.view_schema(name)["columns"]
+                except NotFound:  # dropped meanwhile
+                    continue
+                views.append((name, sql, list(columns)))
         return tables, views
 
     def _user(self) -> str:
