@@ -240,6 +240,8 @@ class Catalog:
         def rel_name(oid: int | None) -> str | None:
             if oid is None:
                 return None
+            if int(oid) == 0:
+                return "-"
             r = m().by_oid(int(oid))
             if r is not None:
                 return r.name if int(oid) == r.oid else f"{r.name}_pkey"
@@ -327,6 +329,12 @@ class Catalog:
             "pf_regproc_out": (lambda n: n, [T], T),
             "pf_regprocedure_out": (lambda n: n, [T], T),
             "pf_regnamespace_out": (namespace, [I8], T),
+            "pf_regnamespace_in": (lambda n: None if n is None else {
+                "pg_catalog": 11, "public": 2200, "pg_toast": 99,
+                "information_schema": 13207}.get(n.strip('"').lower()), [T], I8),
+            "pf_regrole_in": (lambda n: None if n is None else (
+                10 if n.strip('"') == self._user() else 6171 if n == "pg_database_owner"
+                else _missing(f'role "{n}" does not exist')), [T], I8),
             "pf_regrole_out": (userbyid, [I8], T),
             "pf_pg_get_indexdef_py": (indexdef, [I8, I4, B], T),
             "pf_pg_get_constraintdef_py": (constraintdef, [I8, B], T),
@@ -367,6 +375,10 @@ def quote_ident(name: str) -> str:
     if re.fullmatch(r"[a-z_][a-z0-9_$]*", name) and name not in _RESERVED:
         return name
     return '"' + name.replace('"', '""') + '"'
+
+
+def _missing(message: str) -> Any:
+    raise NotFound(message)
 
 
 def _try(fn: Any, arg: Any) -> Any:

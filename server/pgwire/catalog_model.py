@@ -94,6 +94,8 @@ class Model:
     def format_type(self, oid: int | None, typmod: int | None = None) -> str | None:
         if oid is None:
             return None
+        if int(oid) == 0:
+            return "-"  # as PostgreSQL prints the invalid OID as a type
         t = self.types.get(int(oid))
         if t is None:
             rel = next((r for r in self.relations if int(oid) in (r.oid + 1, r.oid + 2)), None)

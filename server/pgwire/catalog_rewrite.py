@@ -37,9 +37,13 @@ _DUCK_TYPES = {
 }
 _FUNC_NAMES = {"CurrentVersion": "version", "CurrentDatabase": "current_database",
                "CurrentSchema": "current_schema", "CurrentUser": "current_user",
-               "SessionUser": "session_user", "ArrayAgg": "array_agg"}
+               "SessionUser": "session_user", "CurrentCatalog": "current_catalog",
+               "CurrentSchemas": "current_schemas",
+               "ArrayAgg": "array_agg"}
 _RENAMED_TYPED = {exp.CurrentVersion: "pf_version", exp.CurrentDatabase: "pf_current_database",
-                  exp.CurrentSchema: "pf_current_schema", exp.CurrentUser: "pf_current_user"}
+                  exp.CurrentSchema: "pf_current_schema", exp.CurrentUser: "pf_current_user",
+                  exp.SessionUser: "pf_session_user", exp.CurrentCatalog: "pf_current_database",
+                  exp.CurrentSchemas: "pf_current_schemas"}
 
 
 class Rewritten:
@@ -70,31 +74,36 @@ def _cast_type(cast: exp.Cast) -> str:
 
 def pg_column_name(e: exp.Expr) -> str:
     """The name PostgreSQL gives an unaliased output column (its FigureColname)."""
+    return _figure(e)[0]
+
+
+def _figure(e: exp.Expr) -> tuple[str, int]:
+    """(name, strength) as PostgreSQL figures it: 2 for a column's or function's name, 1 for
+    a weak guess (a cast's type, ``case``) that an enclosing cast may override."""
     if isinstance(e, exp.Column):
-        return e.name
+        return e.name, 2
     if isinstance(e, (exp.Paren, exp.Bracket)):
-        return pg_column_name(e.this)
+        return _figure(e.this)
     if isinstance(e, exp.Dot):
-        return pg_column_name(e.expression) if isinstance(e.expression, exp.Func) \
-            else e.expression.name
+        return _figure(e.expression) if isinstance(e.expression, exp.Func) \
+            else (e.expression.name, 2)
     if isinstance(e, exp.Cast):
-        inner = pg_column_name(e.this)
-        return inner if inner != "?column?" else _cast_type(e).lstrip("_")
+        name, strength = _figure(e.this)
+        return (name, strength) if strength > 1 else (_cast_type(e).lstrip("_"), 1)
     if isinstance(e, exp.Anonymous):
-        return str(e.this).lower()
+        return str(e.this).lower(), 2
     if isinstance(e, exp.Case):
-        return "case"
+        return "case", 1
     if isinstance(e, exp.Array):
-        return "array"
+        return "array", 2
     if isinstance(e, exp.Exists):
-        return "exists"
-    if isinstance(e, exp.Boolean):
-        return "bool"
+        return "exists", 2
     if isinstance(e, exp.Subquery) and isinstance(e.this, exp.Select) and e.this.selects:
-        return e.this.selects[0].alias_or_name or pg_column_name(e.this.selects[0])
+        first = e.this.selects[0]
+        return (first.alias, 2) if first.alias else _figure(first)
     if isinstance(e, exp.Func) and not isinstance(e, (exp.Binary, exp.Predicate)):
-        return _FUNC_NAMES.get(type(e).__name__, e.sql_name().lower())
-    return "?column?"
+        return _FUNC_NAMES.get(type(e).__name__, e.sql_name().lower()), 2
+    return "?column?", 0
 
 
 def _name_outputs(tree: exp.Expr) -> None:
@@ -166,7 +175,8 @@ def rewrite(sql: str, tables: Iterable[str], functions: Iterable[str]) -> Rewrit
             return node
         for cls, name in _RENAMED_TYPED.items():
             if type(node) is cls:
-                return exp.Anonymous(this=name, expressions=[])
+                args = [node.this] if isinstance(node.this, exp.Expr) else []
+                return exp.Anonymous(this=name, expressions=args)
         if isinstance(node, exp.Cast):
             return _cast(node)
         if isinstance(node, exp.Table) and isinstance(node.this, exp.Func) and node.db:
@@ -180,12 +190,24 @@ def rewrite(sql: str, tables: Iterable[str], functions: Iterable[str]) -> Rewrit
     return Rewritten(tree.sql(dialect="duckdb"), param_types, n_params)
 
 
+def _reg(t: str, value: exp.Expr, *, as_text: bool) -> exp.Expr:
+    """A reg* cast: a name literal becomes its OID (``pf_regclass_in``), an OID its name
+    (``pf_regclass_out``); ``as_text`` (cast on to text) always ends with the name."""
+    if isinstance(value, exp.Literal) and value.is_string:
+        oid = exp.Anonymous(this=f"pf_{t}_in", expressions=[value])
+        return exp.Anonymous(this=f"pf_{t}_out", expressions=[oid]) if as_text else oid
+    return exp.Anonymous(this=f"pf_{t}_out", expressions=[value])
+
+
 def _cast(node: exp.Cast) -> exp.Expr:
     t = _cast_type(node)
     if t in _REG_TYPES:
-        literal = isinstance(node.this, exp.Literal) and node.this.is_string
-        return exp.Anonymous(this=f"pf_{t}_{'in' if literal else 'out'}",
-                             expressions=[node.this])
+        return _reg(t, node.this, as_text=False)
+    inner = node.this
+    if t in ("text", "varchar", "name") and isinstance(inner, exp.Cast) and \
+            _cast_type(inner) in _REG_TYPES:
+        return exp.Cast(this=_reg(_cast_type(inner), inner.this, as_text=True),
+                        to=exp.DataType.build("VARCHAR", dialect="duckdb"))
     to = node.args["to"]
     foreign = not isinstance(to, exp.DataType) or to.this == exp.DataType.Type.USERDEFINED
     if foreign and t in _DUCK_TYPES:  # (DuckDB's own types print as PostgreSQL's: keep them)
