@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import upstream
-from test_catalog_psql import DBNAME, SETTINGS, UPSTREAM_DDL, ours  # noqa: F401 (fixture)
+from test_catalog_psql import DBNAME, SETTINGS, UPSTREAM_DDL, serve_ours
 
 from partialflow.server.pgwire.catalog import Catalog
 
@@ -45,6 +45,11 @@ FUNCTIONS = """SELECT format_type(20, NULL) AS a, format_type(1016, NULL) AS b,
   current_setting('standard_conforming_strings'), current_setting('nosuch', true),
   'visit'::regclass::text, 'int8'::regtype::text, to_regtype('text')::oid,
   to_regtype('nosuch'), 20::regtype, pg_catalog.pg_encoding_to_char(6)"""
+
+
+@pytest.fixture(scope="module")
+def ours(spark, tmp_path_factory):
+    yield from serve_ours(spark, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ design, so the comparison leaves the OID columns out and feeds each server its o
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -173,16 +174,23 @@ DESCRIBE_TABLE = [DESCRIBE_CLASS, DESCRIBE_COLUMNS, DESCRIBE_INDEXES, DESCRIBE_P
                   DESCRIBE_PARTITIONS]
 
 
-@pytest.fixture(scope="module")
-def ours(spark, tmp_path_factory):
+def serve_ours(spark: Any, tmp_path_factory: Any) -> Iterator[Catalog]:
+    """A server of our own (so \\d lists exactly our schema) and its catalog."""
     from helpers import InProcessServer
 
     srv = InProcessServer(tmp_path_factory.mktemp("catalog") / "data", spark).start()
     assert srv.engine is not None
-    for stmt in OURS_DDL:
-        srv.engine.execute(stmt)
-    yield Catalog(srv.engine)
-    srv.stop()
+    try:
+        for stmt in OURS_DDL:
+            srv.engine.execute(stmt)
+        yield Catalog(srv.engine)
+    finally:
+        srv.stop()
+
+
+@pytest.fixture(scope="module")
+def ours(spark, tmp_path_factory):
+    yield from serve_ours(spark, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
