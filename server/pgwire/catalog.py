@@ -65,10 +65,13 @@ DEFAULT_SETTINGS: dict[str, str] = {
 _RESULT_OIDS = {
     "BOOLEAN": 16, "SMALLINT": 21, "INTEGER": 23, "BIGINT": 20, "HUGEINT": 1700,
     "REAL": 700, "FLOAT": 700, "DOUBLE": 701, "VARCHAR": 25, "DATE": 1082,
-    "TIMESTAMP": 1114, "TIMESTAMP WITH TIME ZONE": 1184, "UBIGINT": 1700, "UINTEGER": 20,
+    "TIMESTAMP": 1114, "TIMESTAMP WITH TIME ZONE": 1184, "UBIGINT": 1700, "UINTEGER": 26,
+    "UINTEGER[]": 1028,
     "BOOLEAN[]": 1000, "SMALLINT[]": 1005, "INTEGER[]": 1007, "BIGINT[]": 1016,
     "VARCHAR[]": 1009, "DOUBLE[]": 1022, "REAL[]": 1021,
 }
+# A catalog column's DuckDB type by name, for parameters compared with it (oid = $1).
+_COLUMN_TYPES = {c: t for cols in catalog_db.TABLES.values() for c, t in cols}
 _ARRAY_PARAM_TYPES = {"_oid", "_int8", "_int4", "_int2", "_text", "_name", "_varchar",
                       "_bool", "_float8", "oidvector", "int2vector"}
 
@@ -156,7 +159,9 @@ class Catalog:
         for n in range(1, rw.n_params + 1):
             given = param_oids[n - 1] if n - 1 < len(param_oids) else 0
             typed = rw.param_types.get(n)
-            oids.append(given or (self._model.type_oid(typed) if typed else None) or OID_TEXT)
+            column = _COLUMN_TYPES.get(rw.param_columns.get(n, ""))
+            oids.append(given or (self._model.type_oid(typed) if typed else None)
+                        or (_RESULT_OIDS.get(column) if column else None) or OID_TEXT)
         answer = self._execute(rw, [None] * rw.n_params, settings)
         return oids, answer.columns
 
@@ -235,7 +240,7 @@ class Catalog:
 
     def _udfs(self) -> dict[str, tuple[Any, list[str], str]]:
         m = lambda: self._model  # noqa: E731 - the model is replaced on refresh
-        B, I8, I4, T = "BOOLEAN", "BIGINT", "INTEGER", "VARCHAR"
+        B, I8, I4, T = "BOOLEAN", "UINTEGER", "INTEGER", "VARCHAR"  # I8: OIDs
 
         def rel_name(oid: int | None) -> str | None:
             if oid is None:
@@ -278,6 +283,9 @@ class Catalog:
             r = m().by_oid(int(oid)) if oid is not None else None
             if r is None or not r.primary_key or int(oid or 0) != r.pkey_oid:
                 return None
+            if col:  # one key column's definition
+                keys = r.primary_key
+                return quote_ident(r.columns[keys[col - 1] - 1][0]) if col <= len(keys) else ""
             cols = ", ".join(quote_ident(r.columns[i - 1][0]) for i in r.primary_key)
             # Unqualified, as PostgreSQL prints a relation its search_path finds.
             return (f"CREATE UNIQUE INDEX {quote_ident(r.name + '_pkey')} ON "

@@ -31,7 +31,9 @@ from partialflow.server.pgwire.catalog_model import (
     Model,
 )
 
-_B, _I8, _I4, _I2, _T, _F4 = "BOOLEAN", "BIGINT", "INTEGER", "SMALLINT", "VARCHAR", "REAL"
+# Every BIGINT-ish column of the pg_catalog tables is an OID: DuckDB's UINTEGER (PostgreSQL's
+# oid is unsigned 32-bit), reported to clients as type oid.
+_B, _I8, _I4, _I2, _T, _F4 = "BOOLEAN", "UINTEGER", "INTEGER", "SMALLINT", "VARCHAR", "REAL"
 
 # table -> ((column, DuckDB type), ...). pg_catalog tables are prefixed pc_, information
 # schema ones is_ (catalog_rewrite maps the names).
@@ -91,7 +93,7 @@ TABLES: dict[str, tuple[tuple[str, str], ...]] = {
     "pc_pg_collation": (("oid", _I8), ("collname", _T), ("collnamespace", _I8)),
     "pc_pg_range": (("rngtypid", _I8), ("rngsubtype", _I8), ("rngmultitypid", _I8)),
     "pc_pg_policy": (("oid", _I8), ("polname", _T), ("polrelid", _I8), ("polcmd", _T),
-                     ("polpermissive", _B), ("polroles", "BIGINT[]"), ("polqual", _T),
+                     ("polpermissive", _B), ("polroles", "UINTEGER[]"), ("polqual", _T),
                      ("polwithcheck", _T)),
     "pc_pg_statistic_ext": (("oid", _I8), ("stxrelid", _I8), ("stxname", _T),
                             ("stxnamespace", _I8), ("stxstattarget", _I4),
@@ -337,6 +339,16 @@ def load_relations(con: duckdb.DuckDBPyConnection, model: Model, database: str) 
                 relhastriggers=False, relhassubclass=False, relrowsecurity=False,
                 relforcerowsecurity=False, relispopulated=True, relreplident="n",
                 relispartition=False, relrewrite=0))
+            for pos, num in enumerate(r.primary_key, start=1):  # the index's own columns
+                col, toid = r.columns[num - 1]
+                t = model.types[toid]
+                attrs.append(dict(
+                    attrelid=r.pkey_oid, attname=col, atttypid=toid, attstattarget=-1,
+                    attlen=t[2], attnum=pos, attndims=0, attcacheoff=-1, atttypmod=-1,
+                    attbyval=t[3], attalign=t[14], attstorage=t[15], attcompression="",
+                    attnotnull=False, atthasdef=False, atthasmissing=False, attidentity="",
+                    attgenerated="", attisdropped=False, attislocal=True, attinhcount=0,
+                    attcollation=t[16]))
             indexes.append(dict(
                 indexrelid=r.pkey_oid, indrelid=r.oid, indnatts=len(r.primary_key),
                 indnkeyatts=len(r.primary_key), indisunique=True, indnullsnotdistinct=False,

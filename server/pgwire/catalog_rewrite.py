@@ -27,12 +27,12 @@ _REG_TYPES = {"regclass", "regtype", "regproc", "regprocedure", "regnamespace", 
               "regoper", "regoperator", "regconfig"}
 # PostgreSQL types without a DuckDB namesake.
 _DUCK_TYPES = {
-    "oid": "BIGINT", "xid": "BIGINT", "cid": "BIGINT", "tid": "VARCHAR", "name": "VARCHAR",
+    "oid": "UINTEGER", "xid": "BIGINT", "cid": "BIGINT", "tid": "VARCHAR", "name": "VARCHAR",
     "char": "VARCHAR", "bpchar": "VARCHAR", "text": "VARCHAR", "int2vector": "SMALLINT[]",
-    "oidvector": "BIGINT[]", "_oid": "BIGINT[]", "_int8": "BIGINT[]", "_int4": "INTEGER[]",
+    "oidvector": "UINTEGER[]", "_oid": "UINTEGER[]", "_int8": "BIGINT[]", "_int4": "INTEGER[]",
     "_int2": "SMALLINT[]", "_text": "VARCHAR[]", "_name": "VARCHAR[]", "_char": "VARCHAR[]",
     "_varchar": "VARCHAR[]", "_bool": "BOOLEAN[]", "_float8": "DOUBLE[]", "_aclitem": "VARCHAR[]",
-    "aclitem": "VARCHAR", "pg_node_tree": "VARCHAR", "regclass": "BIGINT", "int8": "BIGINT",
+    "aclitem": "VARCHAR", "pg_node_tree": "VARCHAR", "regclass": "UINTEGER", "int8": "BIGINT",
     "int4": "INTEGER", "int2": "SMALLINT", "float8": "DOUBLE", "float4": "REAL", "bool": "BOOLEAN",
 }
 _FUNC_NAMES = {"CurrentVersion": "version", "CurrentDatabase": "current_database",
@@ -49,10 +49,12 @@ _RENAMED_TYPED = {exp.CurrentVersion: "pf_version", exp.CurrentDatabase: "pf_cur
 class Rewritten:
     """A query ready for DuckDB: its text, and the type name each ``$n`` was cast to."""
 
-    def __init__(self, sql: str, param_types: dict[int, str], n_params: int) -> None:
+    def __init__(self, sql: str, param_types: dict[int, str], n_params: int,
+                 param_columns: dict[int, str]) -> None:
         self.sql = sql
-        self.param_types = param_types
+        self.param_types = param_types  # $n -> the type it is cast to
         self.n_params = n_params
+        self.param_columns = param_columns  # $n -> the catalog column it is compared with
 
 
 def _type_name(dt: exp.DataType) -> str:
@@ -133,6 +135,7 @@ def rewrite(sql: str, tables: Iterable[str], functions: Iterable[str]) -> Rewrit
     tree: exp.Expr = normalize_identifiers(found[0], dialect="postgres")
     _name_outputs(tree)
     param_types: dict[int, str] = {}
+    param_columns: dict[int, str] = {}
     n_params = 0
 
     def fn_name(name: str) -> str | None:
@@ -150,7 +153,13 @@ def rewrite(sql: str, tables: Iterable[str], functions: Iterable[str]) -> Rewrit
     def replace(node: exp.Expr) -> exp.Expr:
         nonlocal n_params
         if isinstance(node, exp.Parameter) and node.this is not None:
-            n_params = max(n_params, int(node.this.name))
+            n = int(node.this.name)
+            n_params = max(n_params, n)
+            parent = node.parent
+            if isinstance(parent, (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)):
+                other = parent.expression if parent.this is node else parent.this
+                if isinstance(other, exp.Column) and n not in param_types:
+                    param_columns[n] = other.name.lower()  # typed like the column, in describe
             return node
         if isinstance(node, exp.Cast) and isinstance(node.this, exp.Parameter):
             param_types[int(node.this.this.name)] = _cast_type(node)
@@ -187,7 +196,7 @@ def rewrite(sql: str, tables: Iterable[str], functions: Iterable[str]) -> Rewrit
         return node
 
     tree = tree.transform(visit)
-    return Rewritten(tree.sql(dialect="duckdb"), param_types, n_params)
+    return Rewritten(tree.sql(dialect="duckdb"), param_types, n_params, param_columns)
 
 
 def _reg(t: str, value: exp.Expr, *, as_text: bool) -> exp.Expr:

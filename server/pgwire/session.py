@@ -423,7 +423,9 @@ class Session(Context):
         if len(bind.param_formats) not in (0, 1, need):
             raise p.ProtocolViolation(f"bind message has {len(bind.param_formats)} parameter "
                                       f"formats but {need} parameters")
-        oids = self.router.schema.param_oids(st.sql, st.given) if need else []
+        # The types the client was told at Describe (the catalog's for its queries).
+        oids = (st.oids if st.described and st.oids is not None and len(st.oids) == need
+                else self.router.schema.param_oids(st.sql, st.given) if need else [])
         fmts = _formats(bind.param_formats, need)
         params = []
         for i, raw in enumerate(bind.params):

@@ -115,3 +115,35 @@ def _stop(data: Path, root: Path) -> None:
     subprocess.run([str(BIN / "pg_ctl"), "-D", str(data), "-m", "fast", "stop"],
                    capture_output=True, **_as_postgres())
     shutil.rmtree(root, ignore_errors=True)
+
+
+def pg_port(server: object) -> int:
+    """The PostgreSQL port of an InProcessServer (tests/conftest.py's ``server``)."""
+    from partialflow.server.app.main import pg_port_of
+
+    port = pg_port_of(server.server)  # type: ignore[attr-defined]
+    assert port is not None, "the server has no PostgreSQL listener"
+    return port
+
+
+def visit_schema(u: str) -> tuple[list[str], list[str]]:
+    """The driver tests' schema, prefixed by ``u``: (ours, PostgreSQL's). A view's ``?``
+    parameter is a plain column in PostgreSQL (its readers filter on it)."""
+    ours = [
+        f"CREATE TABLE {u}visit (id BIGINT PRIMARY KEY, user TEXT, dur DOUBLE, ok BOOLEAN)",
+        f"CREATE VIEW {u}by_user AS SELECT id, user, dur, ok FROM {u}visit WHERE user = ?",
+        f"CREATE VIEW {u}per_user AS SELECT user, COUNT(*) AS n, SUM(dur) AS total "
+        f"FROM {u}visit GROUP BY user",
+    ]
+    theirs = [
+        f'CREATE TABLE {u}visit (id bigint PRIMARY KEY, "user" text, dur double precision, '
+        "ok boolean)",
+        f'CREATE VIEW {u}by_user AS SELECT id, "user", dur, ok FROM {u}visit',
+        f'CREATE VIEW {u}per_user AS SELECT "user", count(*) AS n, sum(dur) AS total '
+        f'FROM {u}visit GROUP BY "user"',
+    ]
+    return ours, theirs
+
+
+VISITS = [(1, "ann", 1.5, True), (2, "bob", 2.25, False), (3, "ann", 4.0, None),
+          (4, "cy", -0.5, True)]
