@@ -184,10 +184,10 @@ class Commands:
             if rows and cur.subscription is not None:
                 s.note_read(max(r[0] for r in rows))
             return Answer(cur.columns, rows, f"FETCH {len(rows)}")
-        name = subs.parse_close(sql)
-        if name is None:
+        closing = subs.parse_close(sql)
+        if closing is None:
             raise PgError(SYNTAX_ERROR, "expected CLOSE cursor or CLOSE ALL")
-        names = list(s.cursors) if name == "*" else [name]
+        names = list(s.cursors) if closing == "*" else [closing]
         for n in names:
             cur = s.cursors.pop(n, None)
             if cur is None:

@@ -15,10 +15,12 @@ prepared lookup costs a dictionary hit, the lookup and the encoding.
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import sqlglot
 import sqlglot.expressions as exp
 
 from partialflow.server.errors import InvalidArgument, NotFound
@@ -28,6 +30,7 @@ from partialflow.server.pgwire.schema import Schema
 from partialflow.server.pgwire.sqltext import bind_params, first_words, param_count
 from partialflow.server.sql.parse import parse_statements
 
+_NO_FROM = re.compile(r"^\s*SELECT\b(?!.*\bFROM\b)", re.I | re.S)
 _MARK = "\ue000"  # a parameter's stand-in while a template is analysed
 UPDATE_RETRIES = 5
 
@@ -131,7 +134,7 @@ def _value(node: exp.Expression) -> Slot:
     raise refused(f"a view is read by key with literal values or $n, not {node.sql()}")
 
 
-def _conjuncts(node: exp.Expression | None) -> list[exp.Expression]:
+def _conjuncts(node: Any) -> list[exp.Expression]:
     if node is None:
         return []
     if isinstance(node, exp.Paren):
@@ -146,22 +149,21 @@ class Router:
         self.engine = engine
         self.catalog = catalog
         self.schema = Schema(engine)
-        self._reads: dict[str, ViewRead | None] = {}
+        self._reads: dict[str, ViewRead] = {}
 
     # -- analysis --------------------------------------------------------------------------
     def view_read(self, sql: str) -> ViewRead | None:
         """The lookup a SELECT of a view is, or None when it reads no view (a Spark query)."""
-        cached = self._reads.get(sql, False)
-        if cached is not False:
-            if cached is None:
-                return None
+        cached = self._reads.get(sql)
+        if cached is not None:
             current = self.schema.view(cached.view)
             if current is not None and current["sql"] == cached.view_sql:
                 return cached
         read = self._analyse(sql)
-        if len(self._reads) > 1000:
-            self._reads.clear()
-        self._reads[sql] = read
+        if read is not None:  # a statement that reads no view now may read one later
+            if len(self._reads) > 1000:
+                self._reads.clear()
+            self._reads[sql] = read
         return read
 
     def _analyse(self, sql: str) -> ViewRead | None:
@@ -270,10 +272,35 @@ class Router:
         if self.catalog.handles(sql):
             ans = self.catalog.run(sql, params, catalog_settings(ctx))
             return Answer(list(ans.columns), list(ans.rows), ans.tag)
+        if _NO_FROM.match(sql):
+            constant = self._constant(bind_params(sql, params))
+            if constant is not None:
+                return constant
         read = self.view_read(sql)
         if read is None:
             return self._query(bind_params(sql, params), ctx)
         return self._lookup(read, params, ctx)
+
+    def _constant(self, sql: str) -> Answer | None:
+        """``SELECT 1`` and other SELECTs of literals only (health checks, pgbench's
+        baseline), answered here rather than by a Spark job."""
+        try:
+            trees = parse_statements(sql)
+        except InvalidArgument:
+            return None
+        if len(trees) != 1 or not isinstance(trees[0], exp.Select) or any(
+                trees[0].args.get(k) for k in ("from_", "from", "where", "group", "having")):
+            return None
+        values, names = [], []
+        for e in trees[0].expressions:
+            inner = e.this if isinstance(e, exp.Alias) else e
+            try:
+                values.append(_value(inner).value)
+            except PgError:
+                return None
+            names.append(e.alias if isinstance(e, exp.Alias) else "?column?")
+        oids = types.column_oids([tuple(values)], len(values))
+        return Answer(list(zip(names, oids, strict=True)), [tuple(values)], "SELECT 1")
 
     def _lookup(self, read: ViewRead, params: list[Any], ctx: Context) -> Answer:
         per_key = []
@@ -296,11 +323,11 @@ class Router:
 
     def _query(self, sql: str, ctx: Context) -> Answer:
         self._check_floor(ctx)
-        result = ctx.query_read(lambda: self.engine.query(sql))
+        text = to_spark(sql)
+        result = ctx.query_read(lambda: self.engine.query(text))
         typed = self.schema.annotate(sql) or []
-        known: list[int | None] = [o if len(typed) == len(result.columns) else None
-                                   for _, o in typed] or None  # type: ignore[assignment]
-        if known is not None and len(known) != len(result.columns):
+        known: list[int | None] | None = [o for _, o in typed]
+        if len(typed) != len(result.columns):
             known = None
         oids = types.column_oids(result.rows, len(result.columns), known)
         cols = list(zip(result.columns, oids, strict=True))
@@ -372,7 +399,7 @@ class Router:
                 raise refused(f"{kind} ... FROM/USING is not supported")
             table, names = self._table(node.this, kind)
             selects = [exp.column(n) for n in names]
-            sets: dict[int, exp.Expression] = {}
+            sets: dict[int, Any] = {}
             for a in node.expressions if kind == "UPDATE" else []:
                 if not isinstance(a, exp.EQ) or not isinstance(a.left, exp.Column):
                     raise InvalidArgument(f"UPDATE: expected SET column = value, got {a.sql()}")
@@ -386,7 +413,7 @@ class Router:
             if where is not None:
                 q = q.where(where.this.copy())
             self._check_floor(ctx)
-            result = ctx.query_read(lambda: self.engine.query(q.sql()))
+            result = ctx.query_read(lambda: self.engine.query(q.sql(dialect="spark")))
             old = [tuple(r[:len(names)]) for r in result.rows]
             new: list[tuple] = []
             if kind == "UPDATE":
@@ -423,6 +450,17 @@ class Router:
             where = [given.index(n) if n in given else None for n in low]
             rows = [tuple(None if i is None else r[i] for i in where) for r in rows]
         return table, rows, [], f"INSERT 0 {len(rows)}"
+
+
+def to_spark(sql: str) -> str:
+    """A client's SELECT (PostgreSQL's dialect: 'it''s', ::casts) in Spark's, which storage
+    reads (there 'it''s' would be two adjacent literals). Left as written if sqlglot cannot
+    read it, so storage's own message names the problem."""
+    try:
+        out = sqlglot.transpile(sql, read="postgres", write="spark")
+    except sqlglot.errors.SqlglotError:
+        return sql
+    return out[0] if len(out) == 1 else sql
 
 
 def _literal(node: exp.Expression) -> Any:

@@ -76,7 +76,7 @@ class Schema:
     def annotate(self, sql: str) -> list[tuple[str, int]] | None:
         """A SELECT's output columns typed by sqlglot over the base tables (None if it
         cannot be analysed); names lower-cased."""
-        schema = self.tables()
+        schema: dict[str, Any] = dict(self.tables())
         try:
             tree = sqlglot.parse_one(sql)
             if not isinstance(tree, exp.Query):
@@ -116,10 +116,10 @@ class Schema:
             if col.split(".")[-1].lower() in columns:
                 found.setdefault(int(i), columns[col.split(".")[-1].lower()])
         for col, inside in _IN.findall(sql):
-            oid = columns.get(col.split(".")[-1].lower())
-            if oid:
+            in_oid = columns.get(col.split(".")[-1].lower())
+            if in_oid:
                 for i in re.findall(r"\$(\d+)", inside):
-                    found.setdefault(int(i), oid)
+                    found.setdefault(int(i), in_oid)
         for i in _LIMIT.findall(sql):
             found.setdefault(int(i), types.OID_INT8)
         m = _INSERT.match(sql)

@@ -380,9 +380,9 @@ class Session(Context):
             if target == b"S":
                 self.statements.pop(name, None)
             else:
-                portal = self.portals.pop(name, None)
-                if portal is not None and isinstance(portal.outcome, Stream):
-                    portal.outcome.subscription.close()
+                closed = self.portals.pop(name, None)
+                if closed is not None and isinstance(closed.outcome, Stream):
+                    closed.outcome.subscription.close()
             self.send(p.CLOSE_COMPLETE)
 
     def _statement(self, name: str) -> Statement:

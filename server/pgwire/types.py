@@ -56,9 +56,9 @@ def column_oids(rows: list[tuple], n: int, known: list[int | None] | None = None
     out = []
     for i in range(n):
         if known is not None and known[i]:
-            out.append(int(known[i]))  # type: ignore[arg-type]
+            out.append(int(known[i] or 0))
             continue
-        seen = {oid_of_value(r[i]) for r in rows} - {None}
+        seen = {o for r in rows if (o := oid_of_value(r[i])) is not None}
         if seen == {OID_INT8, OID_FLOAT8}:
             seen = {OID_FLOAT8}
         out.append(seen.pop() if len(seen) == 1 else OID_TEXT)
@@ -66,7 +66,7 @@ def column_oids(rows: list[tuple], n: int, known: list[int | None] | None = None
 
 
 @lru_cache(maxsize=256)
-def _dumper(oid: int, fmt: int, cls: type) -> Any:
+def _dumper(oid: int, fmt: int, cls: Any) -> Any:
     try:
         return adapters.get_dumper_by_oid(oid, Format(fmt))(cls)
     except Exception:  # an OID psycopg has no dumper for: send text
@@ -90,11 +90,13 @@ def _coerce(value: Any, oid: int) -> Any:
 
 
 def _float_text(v: float) -> str:
+    """float8 as PostgreSQL prints it (shortest exact digits, ``100`` not ``100.0``)."""
     if math.isnan(v):
         return "NaN"
     if math.isinf(v):
         return "Infinity" if v > 0 else "-Infinity"
-    return repr(v)
+    text = repr(v)
+    return text[:-2] if text.endswith(".0") else text
 
 
 def encode(value: Any, oid: int, fmt: int) -> bytes | None:
@@ -105,7 +107,10 @@ def encode(value: Any, oid: int, fmt: int) -> bytes | None:
         v = _coerce(value, oid)
     except (TypeError, ValueError):
         v, oid = str(value), OID_TEXT
-    dumper = _dumper(oid, fmt, type(v))
+    if oid == OID_FLOAT8 and fmt == 0:  # psycopg's dumper writes 100.0; PostgreSQL 100
+        return _float_text(v).encode()
+    cls: Any = type(v)
+    dumper = _dumper(oid, fmt, cls)
     if dumper is None:
         dumper = _dumper(OID_TEXT, fmt, str)
         v = str(v)
