@@ -16,5 +16,8 @@ if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
     exit 0
 fi
 export DEBIAN_FRONTEND=noninteractive
+# The tests start their own PostgreSQL (tests/pg/upstream.py): no default cluster on 5432.
+mkdir -p /etc/postgresql-common/createcluster.d
+echo "create_main_cluster = false" > /etc/postgresql-common/createcluster.d/partialflow-ci.conf
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${need[@]}"
