@@ -143,6 +143,8 @@ class Catalog:
             "SELECT DISTINCT function_name FROM duckdb_functions() "
             "WHERE function_name LIKE 'pf_%'").fetchall()]
         self._rewrite = cached(lambda sql: rewrite(sql, names, funcs))
+        with self._lock:
+            self._refresh({})  # a default session until a client's arrives
 
     # -- the interface pgcore calls ------------------------------------------------------
 
@@ -182,7 +184,7 @@ class Catalog:
     def _execute(self, rw: Rewritten, params: list[Any],
                  settings: Mapping[str, str] | None) -> CatalogAnswer:
         with self._lock:
-            self._refresh(settings or {})
+            self._refresh(settings)
             try:
                 cur = self._con.execute(rw.sql, params)
                 desc = cur.description or []
@@ -195,23 +197,24 @@ class Catalog:
         out = [tuple(_python(v) for v in r) for r in rows]
         return CatalogAnswer(columns, out, f"SELECT {len(out)}")
 
-    def _refresh(self, settings: Mapping[str, str]) -> None:
-        """Reload what changed since the last query: our tables and views, the session."""
+    def _refresh(self, settings: Mapping[str, str] | None) -> None:
+        """Reload what changed since the last query: our tables and views, the session's
+        rows (``settings`` None: keep the last session's, as Describe has none)."""
+        if settings is not None:
+            merged = {**DEFAULT_SETTINGS, **{k: str(v) for k, v in settings.items()}}
+            session = tuple(sorted(merged.items()))
+            if session != self._session:
+                self._settings = merged
+                catalog_db.load_session(self._con, self._user(), self._database(merged),
+                                        merged)
+                self._session = session
         tables, views = self._catalog_now()
-        fp = (tuple((cid, ts) for cid, ts in tables), tuple(views))
+        fp = (tuple((cid, ts) for cid, ts in tables), tuple(views),
+              self._database(self._settings))
         if fp != self._fingerprint:
             self._model = build_model(tables, views)
-            catalog_db.load_relations(self._con, self._model, self._database(settings))
+            catalog_db.load_relations(self._con, self._model, self._database(self._settings))
             self._fingerprint = fp
-            self._session = None  # the database name is in the relation rows too
-        merged = {**DEFAULT_SETTINGS, **{k: str(v) for k, v in settings.items()}}
-        session = tuple(sorted(merged.items()))
-        if session != self._session:
-            self._settings = merged
-            catalog_db.load_session(self._con, self._user(), self._database(merged), merged)
-            if self._fingerprint is not None:
-                catalog_db.load_relations(self._con, self._model, self._database(merged))
-            self._session = session
 
     def _catalog_now(self) -> tuple[list[tuple[int, Any]], list[tuple[str, str, list[str]]]]:
         if self.engine is None:
