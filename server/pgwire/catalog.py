@@ -192,7 +192,12 @@ class Catalog:
             except duckdb.CatalogException as e:
                 raise NotFound(f"catalog query: {str(e).splitlines()[0]}") from None
             except duckdb.Error as e:
-                raise InvalidArgument(f"catalog query: {str(e).splitlines()[0]}") from None
+                first = str(e).splitlines()[0]
+                # One of our functions refused (an unknown relation, type or setting).
+                _, found, inner = first.partition("executing the UDF: NotFound: ")
+                if found:
+                    raise NotFound(inner) from None
+                raise InvalidArgument(f"catalog query: {first}") from None
         columns = [(d[0], _result_oid(d[1])) for d in desc]
         out = [tuple(_python(v) for v in r) for r in rows]
         return CatalogAnswer(columns, out, f"SELECT {len(out)}")

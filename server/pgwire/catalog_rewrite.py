@@ -162,7 +162,8 @@ def rewrite(sql: str, tables: Iterable[str], functions: Iterable[str]) -> Rewrit
                     param_columns[n] = other.name.lower()  # typed like the column, in describe
             return node
         if isinstance(node, exp.Cast) and isinstance(node.this, exp.Parameter):
-            param_types[int(node.this.this.name)] = _cast_type(node)
+            # (setdefault: the cast rewritten to DuckDB's type is visited again)
+            param_types.setdefault(int(node.this.this.name), _cast_type(node))
         if isinstance(node, exp.Collate):
             return node.this
         if isinstance(node, exp.Operator):
