@@ -129,6 +129,7 @@ class PgListener:
                 if session is not None:
                     session.out.clear()
                 sock.sendall(p.error_response(code, message_of(err), "FATAL"))
+                _drain(sock)
             except OSError:
                 pass
         finally:
@@ -144,3 +145,17 @@ class PgListener:
     def connections(self) -> int:
         with self._lock:
             return len(self._sessions)
+
+
+def _drain(sock: socket.socket, seconds: float = 1.0, limit: int = 4 << 20) -> None:
+    """Close our side, then read what the client still sends for a moment: closing a
+    socket with unread input makes TCP reset the connection, and a reset can destroy the
+    FATAL ErrorResponse (and answers before it) before the client reads them."""
+    sock.shutdown(socket.SHUT_WR)
+    sock.settimeout(seconds)
+    got = 0
+    while got < limit:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return
+        got += len(chunk)

@@ -399,17 +399,26 @@ class Session(Context):
 
     def describe(self, st: Statement) -> tuple[list[int], list[tuple[str, int]] | None]:
         if not st.described:
+            st.oids = None
+            oids = self._param_oids(st)
             if self.commands.is_special(st.sql):
-                st.oids = self.router.schema.param_oids(st.sql, st.given)
                 st.columns = self.commands.describe_special(st.sql)
-            else:
-                st.oids, st.columns = self.router.describe(st.sql, st.given)
-                if st.columns == []:  # only known once run: run it with NULL parameters
-                    outcome = self.commands.run(st.sql, [None] * len(st.oids))
-                    st.columns = outcome.columns if isinstance(outcome, Answer) else None
+            elif st.columns == []:  # only known once run: run it with NULL parameters
+                outcome = self.commands.run(st.sql, [None] * len(oids))
+                st.columns = outcome.columns if isinstance(outcome, Answer) else None
             st.described = True
         assert st.oids is not None
         return st.oids, st.columns
+
+    def _param_oids(self, st: Statement) -> list[int]:
+        """The statement's parameter types, worked out once per statement (a view key's
+        type where a parameter is compared with one)."""
+        if st.oids is None:
+            if self.commands.is_special(st.sql):
+                st.oids = self.router.schema.param_oids(st.sql, st.given)
+            else:
+                st.oids, st.columns = self.router.describe(st.sql, st.given)
+        return st.oids
 
     def bind(self, bind: p.Bind) -> None:
         st = self._statement(bind.statement)
@@ -423,9 +432,7 @@ class Session(Context):
         if len(bind.param_formats) not in (0, 1, need):
             raise p.ProtocolViolation(f"bind message has {len(bind.param_formats)} parameter "
                                       f"formats but {need} parameters")
-        # The types the client was told at Describe (the catalog's for its queries).
-        oids = (st.oids if st.described and st.oids is not None and len(st.oids) == need
-                else self.router.schema.param_oids(st.sql, st.given) if need else [])
+        oids = self._param_oids(st) if need else []
         fmts = _formats(bind.param_formats, need)
         params = []
         for i, raw in enumerate(bind.params):
@@ -442,13 +449,22 @@ class Session(Context):
             words = first_words(portal.statement.sql, 1)
             if words and (words[0] in ROW_WORDS or self.commands.returns_rows(words[0])):
                 portal.outcome = self.commands.run(portal.statement.sql, portal.params)
-                portal.columns = portal.outcome.columns
+                portal.columns = self._columns(portal)
         return portal.columns
+
+    def _columns(self, portal: Portal) -> list[tuple[str, int]] | None:
+        """The portal's columns: those its statement was described with when the client
+        saw them (it decodes by those OIDs), else the outcome's."""
+        assert portal.outcome is not None
+        got, st = portal.outcome.columns, portal.statement
+        if st.described and st.columns and got is not None and len(st.columns) == len(got):
+            return st.columns
+        return got
 
     def execute(self, portal: Portal, limit: int) -> None:
         if portal.outcome is None:
             portal.outcome = self.commands.run(portal.statement.sql, portal.params)
-            portal.columns = portal.outcome.columns
+            portal.columns = self._columns(portal)
         if isinstance(portal.outcome, Stream):
             self.stream(portal.outcome, portal.formats, portal, limit)
         else:

@@ -83,7 +83,7 @@ def authenticate(sock: socket.socket, token: str | None) -> None:
         raise PgError(INVALID_PASSWORD, f"SASL mechanism {chosen!r} is not supported; "
                       "use SCRAM-SHA-256")
     try:
-        server.set_client_first(first.decode())
+        _client_first(server, first.decode())
         sock.sendall(p.auth(11, server.get_server_first().encode()))
         kind, payload = p.read_message(sock)
         if kind != b"p":
@@ -94,6 +94,20 @@ def authenticate(sock: socket.socket, token: str | None) -> None:
         raise PgError(INVALID_PASSWORD, "password authentication failed (the password is the "
                       "server's --auth-token)") from None
     sock.sendall(p.auth(12, final.encode()) + p.auth(0))
+
+
+def _client_first(server: Any, text: str) -> None:
+    """libpq and other PostgreSQL clients send an empty user name in SCRAM's first message
+    (``n=,r=...``: the user is in the startup packet), which scramp refuses. It parses the
+    message with a stand-in name, then keeps the bare message as sent: both sides sign that
+    exact text."""
+    header_end = text.find(",", text.find(",") + 1)
+    bare = text[header_end + 1:]
+    if header_end > 0 and bare.startswith("n=,"):
+        server.set_client_first(text[:header_end + 1] + "n=*," + bare[3:])
+        server.client_first_bare = bare
+    else:
+        server.set_client_first(text)
 
 
 def check_secret(a: int, b: int) -> bool:

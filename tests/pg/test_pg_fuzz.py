@@ -48,7 +48,7 @@ def templates(view: str, table: str) -> list[bytes]:
     return [
         msg(b"Q", cstr(f"SELECT * FROM {view} WHERE k = 1")),
         msg(b"Q", cstr("SHOW partialflow.lsn; SET application_name = 'f'")),
-        msg(b"Q", cstr(f"SELECT k, v FROM {table} WHERE k < 3")),
+        msg(b"Q", cstr(f"SELECT k, v FROM {view} WHERE k IN (1, 2)")),
         msg(b"P", cstr("s1") + cstr(q) + struct.pack("!hi", 1, 20)),
         msg(b"P", cstr("") + cstr(q) + struct.pack("!h", 0)),
         msg(b"B", cstr("") + cstr("") + struct.pack("!hh", 1, 0) + struct.pack("!hi", 1, 1)
@@ -106,7 +106,7 @@ def read_until(sock: socket.socket, timeout: float) -> tuple[list[tuple[bytes, b
                 return out, False
         try:
             chunk = sock.recv(65536)
-        except (TimeoutError, socket.timeout):
+        except TimeoutError:
             break
         except OSError:
             return out, True
@@ -149,6 +149,7 @@ def test_protocol_fuzz(fuzz_setup, pg_port, server, request):
     def run(messages, bad_startup):
         if time.monotonic() - start > FUZZ_SECONDS:
             return
+
         sock = socket.create_connection(("127.0.0.1", pg_port), timeout=10)
         try:
             if bad_startup:
@@ -169,7 +170,7 @@ def test_protocol_fuzz(fuzz_setup, pg_port, server, request):
                     how, pos, byte, length = b
                     data += mutate(tmpl[a], how, pos, byte, length)
                 elif a == "query":
-                    data += msg(b"Q", cstr("SELECT '" + "x" * 2_000_000 + "'"))
+                    data += msg(b"Q", cstr("SELECT '" + "x" * 300_000 + "'"))
                 elif a == "bind":
                     data += msg(b"P", cstr("") + cstr(f"SELECT * FROM {view} WHERE k = $1")
                                 + struct.pack("!h", 0))
@@ -185,7 +186,9 @@ def test_protocol_fuzz(fuzz_setup, pg_port, server, request):
             except OSError:
                 stats["closed"] += 1
                 return
-            got, closed = read_until(sock, 20)
+            # A frame claiming more bytes than were sent is still being read: no answer
+            # comes, and the session must end when the socket closes (checked at the end).
+            got, closed = read_until(sock, 3)
             errors = [sqlstate(p) for k, p in got if k == b"E"]
             stats.update(f"sqlstate {c}" for c in errors)
             assert "XX000" not in errors and all(len(c) == 5 for c in errors), errors

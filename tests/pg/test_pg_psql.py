@@ -34,7 +34,7 @@ UPDATE {t} SET amount = amount + 1 WHERE g = 'x';
 SELECT g, n, total FROM {v} WHERE g = 'x';
 SHOW partialflow.lsn;
 """)
-    done = psql(pg_env, "-A", "-t", "-v", "ON_ERROR_STOP=1", "-f", str(script))
+    done = psql(pg_env, "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-f", str(script))
     out = rows_of(done.stdout)
     # CREATE/INSERT/... tags are not printed with -t; the rows and LSNs are.
     first, lsn1, second, lsn2 = out[-4], out[-3], out[-2], out[-1]
