@@ -13,9 +13,9 @@ client query we never saw works when it reads the columns we keep.
 
 from __future__ import annotations
 
-import datetime as _dt
 import decimal
 import os
+import re
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -101,10 +101,8 @@ def _result_oid(duck_type: Any) -> int:
 def _python(v: Any) -> Any:
     if isinstance(v, decimal.Decimal):
         return int(v) if v == v.to_integral_value() else float(v)
-    if isinstance(v, dict):
+    if isinstance(v, dict):  # a composite (pgjdbc reads _pg_expandarray's rows): its text form
         return "(" + ",".join("" if x is None else str(x) for x in v.values()) + ")"
-    if isinstance(v, _dt.datetime):
-        return v
     return v
 
 
@@ -122,8 +120,6 @@ class Catalog:
     queries are rare and small)."""
 
     def __init__(self, engine: Engine | None) -> None:
-        import re
-
         self.engine = engine
         self._handled = re.compile(_HANDLED, re.IGNORECASE)
         self._lock = threading.Lock()
@@ -386,8 +382,6 @@ _RESERVED = frozenset("""
 
 def quote_ident(name: str) -> str:
     """PostgreSQL's quote_ident(): quoted unless a plain lower-case non-reserved name."""
-    import re
-
     if re.fullmatch(r"[a-z_][a-z0-9_$]*", name) and name not in _RESERVED:
         return name
     return '"' + name.replace('"', '""') + '"'
