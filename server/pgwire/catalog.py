@@ -353,6 +353,9 @@ class Catalog:
             "pf_pg_get_viewdef_py": (viewdef, [I8, B], T),
             "pf_current_setting_py": (setting, [T, B], T),
             "pf_set_config": (lambda n, v, local: v, [T, T, B], T),
+            "pf_quote_ident": (lambda n: None if n is None else quote_ident(n), [T], T),
+            "pf_parse_ident": (lambda n: None if n is None else _parse_ident(n),
+                               [T], "VARCHAR[]"),
             "pf_version": (lambda: VERSION, [], T),
             "pf_current_database": (lambda: self._database(self._settings), [], T),
             "pf_current_schema": (lambda: "public", [], T),
@@ -385,6 +388,27 @@ def quote_ident(name: str) -> str:
     if re.fullmatch(r"[a-z_][a-z0-9_$]*", name) and name not in _RESERVED:
         return name
     return '"' + name.replace('"', '""') + '"'
+
+
+def _parse_ident(text: str) -> list[str]:
+    """PostgreSQL's parse_ident(): a qualified name's parts, quotes removed, others folded."""
+    parts, cur, quoted, i = [], "", False, 0
+    while i < len(text):
+        ch = text[i]
+        if ch == '"':
+            if quoted and text[i + 1:i + 2] == '"':
+                cur += '"'
+                i += 1
+            else:
+                quoted = not quoted
+        elif ch == "." and not quoted:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch if quoted else ch.lower()
+        i += 1
+    parts.append(cur)
+    return [p.strip() for p in parts]
 
 
 def _missing(message: str) -> Any:
