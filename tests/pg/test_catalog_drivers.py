@@ -214,10 +214,11 @@ def test_handles_catalog_reads_only(ours):
     assert not ours.handles("INSERT INTO visit VALUES (1, 'a', 1.0, true)")
 
 
-# Grafana's PostgreSQL data source: its configuration page's version probe, and the table
+# Grafana's PostgreSQL data source (its Go source; tabs made spaces): its configuration
+# page's version probe, and the table
 # and column lists of its query editor (the search_path constraint as Grafana builds it).
 _GRAFANA_SCHEMA = """
-	 quote_ident(table_schema) IN (
+     quote_ident(table_schema) IN (
           SELECT
             CASE WHEN trim(s[i]) = '"$user"' THEN user ELSE trim(s[i]) END
           FROM
@@ -227,40 +228,40 @@ _GRAFANA_SCHEMA = """
             ) as i,
             string_to_array(current_setting('search_path'),',') s
           )
-	"""
+    """
 GRAFANA = [
     """SELECT
-				current_setting('server_version_num')::int / 100 AS version,
-				extversion AS timescaledb_version
-			FROM pg_extension
-			WHERE extname = 'timescaledb'""",
+                current_setting('server_version_num')::int / 100 AS version,
+                extversion AS timescaledb_version
+            FROM pg_extension
+            WHERE extname = 'timescaledb'""",
     "SELECT current_setting('server_version_num')::int/100 as version",
     f"""SELECT
-		CASE WHEN {_GRAFANA_SCHEMA}
-		THEN quote_ident(table_name)
-		ELSE quote_ident(table_schema) || '.' || quote_ident(table_name)
-		END AS "table"
-		FROM information_schema.tables
-		WHERE quote_ident(table_schema) NOT IN ('information_schema',
-								'pg_catalog',
-								'_timescaledb_cache',
-								'_timescaledb_catalog',
-								'_timescaledb_internal',
-								'_timescaledb_config',
-								'timescaledb_information',
-								'timescaledb_experimental')
-		ORDER BY CASE WHEN {_GRAFANA_SCHEMA} THEN 0 ELSE 1 END, 1""",
+        CASE WHEN {_GRAFANA_SCHEMA}
+        THEN quote_ident(table_name)
+        ELSE quote_ident(table_schema) || '.' || quote_ident(table_name)
+        END AS "table"
+        FROM information_schema.tables
+        WHERE quote_ident(table_schema) NOT IN ('information_schema',
+                                'pg_catalog',
+                                '_timescaledb_cache',
+                                '_timescaledb_catalog',
+                                '_timescaledb_internal',
+                                '_timescaledb_config',
+                                'timescaledb_information',
+                                'timescaledb_experimental')
+        ORDER BY CASE WHEN {_GRAFANA_SCHEMA} THEN 0 ELSE 1 END, 1""",
     *[f"""
-		SELECT quote_ident(column_name) AS "column", data_type AS "type"
-			FROM information_schema.columns
-			WHERE
-			CASE WHEN array_length(parse_ident('{t}'), 1) = 2
-				THEN quote_ident(table_schema) = (parse_ident('{t}'))[1]
-				AND quote_ident(table_name) = (parse_ident('{t}'))[2]
-				ELSE quote_ident(table_name) = (parse_ident('{t}'))[1]
-				AND {_GRAFANA_SCHEMA}
-			END
-		""" for t in ("visit", "public.per_user")],
+        SELECT quote_ident(column_name) AS "column", data_type AS "type"
+            FROM information_schema.columns
+            WHERE
+            CASE WHEN array_length(parse_ident('{t}'), 1) = 2
+                THEN quote_ident(table_schema) = (parse_ident('{t}'))[1]
+                AND quote_ident(table_name) = (parse_ident('{t}'))[2]
+                ELSE quote_ident(table_name) = (parse_ident('{t}'))[1]
+                AND {_GRAFANA_SCHEMA}
+            END
+        """ for t in ("visit", "public.per_user")],
 ]
 
 
