@@ -125,9 +125,12 @@ class Commands:
             s.note_write(lsn)
             return answer
         if word in ("CREATE", "DROP", "EXPLAIN"):
-            if s.txn is not None and word != "EXPLAIN":
-                raise refused(f"{word} inside a transaction block is not supported; COMMIT "
-                              "first (DDL applies at once)")
+            # DDL is not transactional: it applies at once, also inside BEGIN (drivers
+            # that always open a transaction send CREATE there), but not after writes the
+            # transaction holds back, which it could reorder.
+            if s.txn is not None and word != "EXPLAIN" and (s.txn.inserts or s.txn.deletes):
+                raise refused(f"{word} after writes in a transaction block is not supported; "
+                              "COMMIT first (DDL applies at once, it is not transactional)")
             return s.router.ddl(sql, params)
         if s.router.catalog.handles(sql):
             return s.router.select(sql, params, s)

@@ -253,16 +253,24 @@ class Router:
         if self.catalog.handles(sql):
             oids, cols = self.catalog.describe(sql, given)
             return list(oids), list(cols)
-        oids = self.schema.param_oids(sql, given)
         if word in ("SELECT", "WITH", "VALUES", "("):
             read = self.view_read(sql)
             if read is not None:
+                # Parameters compared with the view's keys take the keys' types (the
+                # cached analysis: no schema work per statement on this path).
+                n = max(param_count(sql), len(given))
+                oids = list(given) + [0] * (n - len(given))
                 for slots, oid in zip(read.key_slots, read.key_oids, strict=True):
                     for s in slots:
-                        if s.param is not None and oid and not given[s.param:s.param + 1]:
+                        if s.param is not None and oid and not oids[s.param]:
                             oids[s.param] = oid
+                if not all(oids):
+                    found = self.schema.param_oids(sql, given)
+                    oids = [o or f for o, f in zip(oids, found, strict=True)]
                 return oids, read.columns
+            oids = self.schema.param_oids(sql, given)
             return oids, self.schema.query_columns(sql, len(oids)) or []
+        oids = self.schema.param_oids(sql, given)
         if word == "EXPLAIN":
             return oids, [("plan", types.OID_TEXT)]
         return oids, None

@@ -40,6 +40,10 @@ class Schema:
 
     def __init__(self, engine: Any) -> None:
         self.engine = engine
+        # A view's column types by its SQL: typing it costs a sqlglot analysis (about a
+        # millisecond), and a view's SQL fixes its types (its tables cannot be dropped
+        # under it; a view made again under the name has its own SQL text).
+        self._view_types: dict[str, list[tuple[str, int]]] = {}
 
     def tables(self) -> dict[str, dict[str, str]]:
         return {t.name.lower(): {c.name.lower(): str(c.type) for c in t.columns}
@@ -70,8 +74,15 @@ class Schema:
 
     def view_columns(self, view: dict[str, Any]) -> list[tuple[str, int]]:
         """A view's visible columns and their OIDs (text where annotation cannot tell)."""
-        typed = dict(self.annotate(view["sql"].replace("?", "NULL")) or [])
-        return [(c, typed.get(c.lower(), types.OID_TEXT)) for c in view["columns"]]
+        key = view["sql"] + "\0" + ",".join(view["columns"])
+        found = self._view_types.get(key)
+        if found is None:
+            typed = dict(self.annotate(view["sql"].replace("?", "NULL")) or [])
+            found = [(c, typed.get(c.lower(), types.OID_TEXT)) for c in view["columns"]]
+            if len(self._view_types) > 1000:
+                self._view_types.clear()
+            self._view_types[key] = found
+        return found
 
     def annotate(self, sql: str) -> list[tuple[str, int]] | None:
         """A SELECT's output columns typed by sqlglot over the base tables (None if it

@@ -365,6 +365,9 @@ class Session(Context):
                 self.send(p.parameter_description(oids))
                 self.send(p.row_description([(n, o, 0) for n, o in cols]) if cols is not None
                           else p.NO_DATA)
+            elif name not in self.portals and name in self.cursors:  # a DECLAREd cursor
+                cur_cols = self.cursors[name].columns
+                self.send(p.row_description([(n, o, 0) for n, o in cur_cols]))
             else:
                 portal = self._portal(name)
                 cols = self.portal_columns(portal)

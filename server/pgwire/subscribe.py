@@ -31,7 +31,8 @@ _SUBSCRIBE = re.compile(
     r"(?:\s+AS\s+OF\s+(?P<asof>\d+))?"
     r"(?:\s+WITH\s*\((?P<opts>[^)]*)\))?\s*;?\s*$", re.I | re.S)
 _COPY = re.compile(r"^\s*COPY\s*\((?P<inner>.*)\)\s*TO\s+STDOUT\b(?P<rest>.*)$", re.I | re.S)
-_DECLARE = re.compile(r"^\s*DECLARE\s+(?P<name>\"[^\"]+\"|\w+)\s+(?:BINARY\s+)?(?:NO\s+SCROLL\s+)?"
+_DECLARE = re.compile(r"^\s*DECLARE\s+(?P<name>\"[^\"]+\"|\w+)\s+(?:BINARY\s+)?"
+                      r"(?:INSENSITIVE\s+)?(?:(?:NO\s+)?SCROLL\s+)?"
                       r"CURSOR\s+(?:WITH(?:OUT)?\s+HOLD\s+)?FOR\s+(?P<query>.*)$", re.I | re.S)
 _FETCH = re.compile(
     r"^\s*FETCH\s+(?:(?:FORWARD\s+)?(?P<count>ALL|\d+|NEXT)\s+|FORWARD\s+ALL\s+|FORWARD\s+)?"
