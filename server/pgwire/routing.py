@@ -278,6 +278,7 @@ class Router:
     # -- running ---------------------------------------------------------------------------
     def select(self, sql: str, params: list[Any], ctx: Context) -> Answer:
         if self.catalog.handles(sql):
+            # The text as sent, $n with their values, and the session's settings.
             ans = self.catalog.run(sql, params, catalog_settings(ctx))
             return Answer(list(ans.columns), list(ans.rows), ans.tag)
         if _NO_FROM.match(sql):
