@@ -85,6 +85,17 @@ class ViewRead:
     limit: int | None
 
 
+def catalog_settings(ctx: Any) -> dict[str, str]:
+    """The session's settings as the catalog reads them (current_setting(), current_user,
+    current_database(), pg_backend_pid())."""
+    out = dict(getattr(getattr(ctx, "settings", None), "values", {}))
+    startup = getattr(ctx, "startup", {})
+    out.update({k: str(startup[k]) for k in ("user", "database") if startup.get(k)})
+    if getattr(ctx, "pid", None) is not None:
+        out["backend_pid"] = str(ctx.pid)
+    return out
+
+
 class Context:
     """What the router needs from the session (implemented there)."""
 
@@ -267,7 +278,8 @@ class Router:
     # -- running ---------------------------------------------------------------------------
     def select(self, sql: str, params: list[Any], ctx: Context) -> Answer:
         if self.catalog.handles(sql):
-            ans = self.catalog.run(sql, params)  # the text as sent, $n with their values
+            # The text as sent, $n with their values, and the session's settings.
+            ans = self.catalog.run(sql, params, catalog_settings(ctx))
             return Answer(list(ans.columns), list(ans.rows), ans.tag)
         if _NO_FROM.match(sql):
             constant = self._constant(bind_params(sql, params))

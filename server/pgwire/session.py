@@ -94,6 +94,7 @@ class Session(Context):
         self.engine = router.engine
         self.pid, self.secret = pid, secret
         self.settings = Settings(params)
+        self.startup = dict(params)  # user and database, for the catalog's current_user & co
         self.statements: dict[str, Statement] = {}
         self.portals: dict[str, Portal] = {}
         self.cursors: dict[str, subs.Cursor] = {}

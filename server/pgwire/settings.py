@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 
+from partialflow.server.pgwire.catalog import SERVER_VERSION, SERVER_VERSION_NUM
 from partialflow.server.pgwire.errors import (
     CANT_CHANGE_RUNTIME_PARAM,
     INVALID_PARAMETER,
@@ -17,10 +18,11 @@ from partialflow.server.pgwire.errors import (
     PgError,
 )
 
-SERVER_VERSION = "16.4"
+# One PostgreSQL version everywhere (catalog.SERVER_VERSION): the emulated catalog has
+# PostgreSQL 15's shape, and psql and pgjdbc pick their catalog queries by the version.
 DEFAULTS = {
     "server_version": SERVER_VERSION,
-    "server_version_num": "160004",
+    "server_version_num": SERVER_VERSION_NUM,
     "server_encoding": "UTF8",
     "client_encoding": "UTF8",
     "DateStyle": "ISO, MDY",
