@@ -107,7 +107,10 @@ def test_a_java_gateway_that_fails_once_is_retried(tmp_path):
         start_new_session=True,
     )
     try:
+        # 'listening on' comes last, after the postgres (and metrics) lines: the ready signal.
         line = server.stdout.readline()
+        while line.startswith(("postgres listening on ", "metrics on ")):
+            line = server.stdout.readline()
         assert line.startswith("listening on "), server.stderr.read() if server.poll() else line
         address = line.split("listening on ", 1)[1].strip()
         wait_serving(address)
