@@ -98,7 +98,8 @@ class FakeEngine:
 @pytest.fixture(scope="module")
 def fake():
     engine = FakeEngine()
-    server, port = create_server(Config(data_dir="unused", port=0), engine=engine)
+    # gRPC wiring only: the PostgreSQL listener (off here) reads a real engine's catalog.
+    server, port = create_server(Config(data_dir="unused", port=0, pg_port=None), engine=engine)
     server.start()
     yield engine, f"127.0.0.1:{port}"
     stop_server(server, grace=0)
