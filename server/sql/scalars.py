@@ -27,10 +27,15 @@ from collections.abc import Callable
 from sqlglot import exp
 
 from partialflow.operators.join import Join
-from partialflow.operators.project import Project
 from partialflow.server.errors import InvalidArgument, NotFound
-from partialflow.server.sql.binding import _AGG_FUNCS, SYNTHETIC, Scope, col, compile_expr
-from partialflow.server.sql.plan import PlanNode, ViewPlan, op_node, select_columns, visible_only
+from partialflow.server.sql.binding import _AGG_FUNCS, SYNTHETIC, Scope
+from partialflow.server.sql.plan import (
+    PlanNode,
+    ViewPlan,
+    cross_join,
+    select_columns,
+    visible_only,
+)
 from partialflow.server.sql.subqueries import Relation, clip, split_correlation, where_of
 
 
@@ -121,23 +126,14 @@ def _join_one(
     n = sum(1 for q, _ in scope.cols if q == SYNTHETIC)
     name = f"_sq{n}"
     if links:
-        left = node
         xs = tuple(scope.find(o) for o, _ in links)
         ys = tuple(range(len(links)))
+        cols = node.columns + right.columns
+        joined = PlanNode(cols, Join(cols, xs, ys, "left", left_width=width), [node, right])
         value = width + len(links)
-    else:  # one row: joined to every outer row on a constant
-        one = exp.Literal.number(1)
-        lcols = node.columns + ("_one",)
-        left = op_node(
-            Project(lcols, [compile_expr(col(i)) for i in range(width)] + [compile_expr(one)]),
-            node,
-        )
-        right = op_node(Project(("_one", name), [compile_expr(one), compile_expr(col(0))]), right)
-        xs, ys = (width,), (0,)
-        value = width + 2
-    cols = left.columns + right.columns
-    joined = PlanNode(cols, Join(cols, xs, ys, "left", left_width=len(left.columns)),
-                      [left, right])
+    else:  # one row: joined to every outer row, a cross product with a one-row side
+        joined = cross_join(node, right, "left")
+        value = width
     node = select_columns(joined, list(range(width)) + [value], node.columns + (name,))
     scope = Scope(scope.cols + [(SYNTHETIC, name)])
     ref: exp.Expression = exp.column(name, table=SYNTHETIC)
