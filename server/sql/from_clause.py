@@ -58,6 +58,27 @@ def plan_from(
     return _join_units(units, conjuncts)
 
 
+def without_from(sel: exp.Expression) -> exp.Expression:
+    """A SELECT without FROM over a one-row relation: the global count of a table the
+    statement names (a global aggregate always has exactly one row), so constants and
+    subqueries in it are computed once and kept fresh like any view."""
+    if not isinstance(sel, exp.Select) or sel.args.get("from_") is not None:
+        return sel
+    tables = [t for t in sel.find_all(exp.Table) if t.name]
+    if not tables:
+        raise InvalidArgument(
+            "a view without FROM that names no table is a constant: nothing to maintain; "
+            "run it with query(), or select the constants FROM a table"
+        )
+    table = exp.Table(this=exp.to_identifier(tables[0].name))
+    one = exp.Select(expressions=[exp.alias_(exp.Count(this=exp.Star()), "_pf_rows")])
+    one = one.from_(table)
+    out = sel.copy()
+    out.set("from_", exp.From(this=exp.Subquery(
+        this=one, alias=exp.TableAlias(this=exp.to_identifier("_pf_one")))))
+    return out
+
+
 def _is_cross(j: exp.Join) -> bool:
     """A comma, CROSS JOIN or [INNER] JOIN without ON/USING: a cross join in Spark."""
     side = (j.args.get("side") or "").upper()

@@ -38,6 +38,9 @@ from partialflow.server.sql.plan import (
 )
 from partialflow.server.sql.subqueries import Relation, clip, split_correlation, where_of
 
+# Plans a subquery this module does not: (subquery, node, scope) -> (node, scope, value).
+Fallback = Callable[[exp.Expression, PlanNode, Scope], tuple[PlanNode, Scope, exp.Expression]]
+
 
 def is_scalar(node: exp.Expression) -> bool:
     """Whether ``node`` is a subquery used as a value (not in FROM, IN or EXISTS)."""
@@ -47,13 +50,13 @@ def is_scalar(node: exp.Expression) -> bool:
 
 
 def allowed_place(node: exp.Expression) -> bool:
-    """Whether a scalar subquery sits in its SELECT's WHERE or SELECT list (where it is
-    planned as a join), not in HAVING, GROUP BY, ORDER BY or a join condition."""
+    """Whether a subquery sits in its SELECT's WHERE, SELECT list or HAVING (where it is
+    planned as a join), not in GROUP BY, ORDER BY or a join condition."""
     child: exp.Expr = node
     up = node.parent
     while up is not None and not isinstance(up, exp.Select):
         child, up = up, up.parent
-    return up is not None and child.arg_key in ("where", "expressions")
+    return up is not None and child.arg_key in ("where", "expressions", "having")
 
 
 def join_scalars(
@@ -62,8 +65,11 @@ def join_scalars(
     scope: Scope,
     relation: Relation,
     plan_query: Callable[[exp.Expression], ViewPlan],
+    fallback: Fallback | None = None,
 ) -> tuple[list[exp.Expression], PlanNode, Scope]:
-    """``exprs`` with their scalar subqueries replaced by columns of ``node`` joined in."""
+    """``exprs`` with their scalar subqueries replaced by columns of ``node`` joined in;
+    a subquery of another form than this module's goes to ``fallback`` (markers.py), if
+    given."""
     out = []
     joined: dict[str, exp.Expression] = {}  # one join per distinct subquery text
     for e in exprs:
@@ -77,7 +83,12 @@ def join_scalars(
         for sq in tops:
             text = sq.sql()
             if text not in joined:
-                node, scope, joined[text] = _join_one(sq, node, scope, relation, plan_query)
+                try:
+                    node, scope, joined[text] = _join_one(sq, node, scope, relation, plan_query)
+                except InvalidArgument:
+                    if fallback is None:
+                        raise
+                    node, scope, joined[text] = fallback(sq, node, scope)
             ref = joined[text].copy()
             if sq is e:
                 e = ref
