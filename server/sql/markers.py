@@ -58,6 +58,7 @@ from partialflow.server.sql.plan import (
     select_columns,
     visible_only,
 )
+from partialflow.server.sql.scalars import is_scalar
 from partialflow.server.sql.subqueries import Relation, clip, where_of
 
 PlanQuery = Callable[[exp.Expression], ViewPlan]
@@ -88,8 +89,7 @@ def subqueries_of(e: exp.Expression) -> list[exp.Expression]:
     for n in e.walk(prune=lambda x: isinstance(x, exp.Select)):
         if isinstance(n, exp.Exists) or (isinstance(n, exp.In) and n.args.get("query")):
             out.append(n)
-        elif isinstance(n, exp.Subquery) and not isinstance(
-                n.parent, (exp.From, exp.Join, exp.SetOperation, exp.In, exp.Exists)):
+        elif is_scalar(n):
             out.append(n)
     # Outermost first; nested ones inside an IN's needle are planned with it.
     return [n for n in out if not any(o is not n and _inside(n, o) for o in out)]
@@ -415,7 +415,8 @@ def _exists(sub: exp.Expression, node: PlanNode, scope: Scope, ctx: Context,
 def _in(needle: exp.Expression, sub: exp.Expression, node: PlanNode, scope: Scope,
         ctx: Context, shown: str) -> tuple[PlanNode, Scope, exp.Expression]:
     if not isinstance(sub, exp.Select) or len(sub.expressions) != 1:
-        raise InvalidArgument(f"{shown}: the subquery must select one column")
+        raise InvalidArgument(f"{shown}: the subquery must select one column (a SELECT of one "
+                              "column)")
     if isinstance(needle, exp.Tuple):
         raise InvalidArgument(f"{shown}: IN with several columns on the left is not supported")
     _no_limit(sub, shown)

@@ -52,9 +52,8 @@ def _unsupported(node: exp.Expression) -> str | None:
         shown = _shown(node.args["query"] if isinstance(node, exp.In) else node.this
                        if isinstance(node, exp.Exists) else node)
         return (
-            f"subqueries in expressions are not supported here: {word}{shown} (a subquery "
-            "may be in WHERE, the SELECT list or HAVING, not in GROUP BY, ORDER BY or a JOIN's "
-            "ON)"
+            f"subqueries in expressions are not supported in this clause: {word}{shown} "
+            "(only in WHERE, the SELECT list and HAVING)"
         )
     if isinstance(node, exp.Window):
         return f"window functions are not supported: {_shown(node)}"

@@ -44,9 +44,11 @@ Fallback = Callable[[exp.Expression, PlanNode, Scope], tuple[PlanNode, Scope, ex
 
 def is_scalar(node: exp.Expression) -> bool:
     """Whether ``node`` is a subquery used as a value (not in FROM, IN or EXISTS)."""
-    return isinstance(node, exp.Subquery) and node.parent is not None and not isinstance(
-        node.parent, (exp.From, exp.Join, exp.SetOperation, exp.In, exp.Exists)
-    )
+    if not isinstance(node, exp.Subquery) or node.parent is None:
+        return False
+    if isinstance(node.parent, exp.In):  # a value of an IN list, not IN's own subquery
+        return node.arg_key == "expressions"
+    return not isinstance(node.parent, (exp.From, exp.Join, exp.SetOperation, exp.Exists))
 
 
 def allowed_place(node: exp.Expression) -> bool:

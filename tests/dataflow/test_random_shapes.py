@@ -38,6 +38,21 @@ SHAPES = {
         "AND {a}.v < {b}.w AND {a}.k = ?",
         "k",
     ),
+    # A cross product (no equality: a join on a constant key, both indexes full) filtered
+    # by a non-equality between the sides (a theta join).
+    "cross_product": (
+        "SELECT {a}.k, {a}.v, {b}.w FROM {a}, {b} WHERE {a}.v < {b}.w AND {b}.t = 'p' "
+        "AND {a}.k = ?",
+        "k",
+    ),
+    # Correlated subqueries in expressions: a count correlated by an inequality in the
+    # SELECT list, a correlated AVG and an EXISTS by an inequality inside OR.
+    "correlated_subquery": (
+        "SELECT k, v, (SELECT COUNT(*) FROM {b} WHERE {b}.w < {a}.v) AS below FROM {a} "
+        "WHERE k = ? AND (v > (SELECT AVG(w) FROM {b} z WHERE z.k = {a}.k) "
+        "OR EXISTS (SELECT 1 FROM {b} WHERE {b}.w > {a}.v + 3))",
+        "k",
+    ),
     # Expressions both Spark and the Python evaluation compute: casts to every type name,
     # NULLIF, CASE, the common scalar functions, ROUND half-up (1.25 -> 1.3), division.
     "expressions": (

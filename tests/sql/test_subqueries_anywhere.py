@@ -33,6 +33,8 @@ VIEWS = [
     # in HAVING and in the SELECT list of a grouped query, correlated on the group column
     ("SELECT k, COUNT(*) AS n FROM {a} GROUP BY k HAVING COUNT(*) >= "
      "(SELECT COUNT(*) FROM {b} x WHERE x.k = {a}.k)", None),
+    # (Spark refuses this one, SCALAR_SUBQUERY_IS_IN_GROUP_BY_OR_AGGREGATE_FUNCTION: sqlite
+    # is its answer)
     ("SELECT k, SUM(v) AS s, (SELECT MAX(w) FROM {b} x WHERE x.k = {a}.k) AS m FROM {a} "
      "WHERE k = ? GROUP BY k", "k"),
     # EXISTS / IN / NOT IN inside OR, CASE and NOT
@@ -90,7 +92,8 @@ def test_subqueries_in_expressions_stay_exact_under_writes(server, uniq):
             lsn = c.stats()["lsn"]
             for view, text, keys in views:
                 results = c.lookup_many(view, keys, min_lsn=lsn)
-                bad += [f"{text}: {b}" for b in check_results(c, text, results)]
+                if "SUM(v) AS s, (SELECT" not in text:
+                    bad += [f"{text}: {b}" for b in check_results(c, text, results)]
                 for key, res in results.items():
                     if res.lsn == lsn:
                         want = mirror.execute(_sqlite(text, key)).fetchall()
@@ -123,7 +126,7 @@ REFUSED = [
      "names the outer query other than in a comparison"),
     ("SELECT k, COUNT(*) AS n FROM {a} GROUP BY k HAVING COUNT(*) > "
      "(SELECT COUNT(*) FROM {b} WHERE {b}.w = {a}.v)", "not a GROUP BY column"),
-    ("SELECT k FROM {a} ORDER BY (SELECT MAX(w) FROM {b}) LIMIT 2", "not in GROUP BY, ORDER BY"),
+    ("SELECT k FROM {a} ORDER BY (SELECT MAX(w) FROM {b}) LIMIT 2", "not supported in this clause"),
     ("SELECT 1 AS one", "names no table"),
 ]
 
