@@ -183,7 +183,9 @@ def test_shape_matches_spark(server, uniq, shape):
     a, b = f"{uniq}a", f"{uniq}b"
     sql, keycol = SHAPES[shape]
     sql = sql.format(a=a, b=b)
-    with server.client() as c:
+    # A long timeout: a view with full state (a cross product) loads it by Spark at CREATE
+    # VIEW, which on a busy shared machine can take well over the default 30 s.
+    with server.client(timeout=300) as c:
         c.execute(f"CREATE TABLE {a} (k BIGINT, v BIGINT, s TEXT, x DOUBLE)")
         c.execute(f"CREATE TABLE {b} (k BIGINT, w BIGINT, t TEXT)")
         live_a = [_row_a(rng) for _ in range(30)]

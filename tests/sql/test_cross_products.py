@@ -44,7 +44,7 @@ def _row(table: str, rng: random.Random) -> tuple:
 def test_cross_products_stay_exact_under_writes_on_both_sides(server, uniq):
     rng = random.Random(33)
     names = {t: f"{uniq}{t}" for t in "abc"}
-    with server.client() as c:
+    with server.client(timeout=300) as c:  # full state loads by Spark at CREATE VIEW
         c.execute(f"CREATE TABLE {names['a']} (k BIGINT, v BIGINT)")
         c.execute(f"CREATE TABLE {names['b']} (k BIGINT, w BIGINT, t TEXT)")
         c.execute(f"CREATE TABLE {names['c']} (x BIGINT, z TEXT)")
@@ -82,7 +82,7 @@ def test_cross_products_stay_exact_under_writes_on_both_sides(server, uniq):
 
 def test_explain_says_a_cross_product_is_full_and_how_large(server, uniq):
     a, b = f"{uniq}a", f"{uniq}b"
-    with server.client() as c:
+    with server.client(timeout=300) as c:  # full state loads by Spark at CREATE VIEW
         c.execute(f"CREATE TABLE {a} (k BIGINT, v BIGINT)")
         c.execute(f"CREATE TABLE {b} (w BIGINT)")
         c.insert(a, [(1, 2), (2, 3), (3, 4)])
@@ -102,7 +102,7 @@ def test_a_cross_product_too_big_for_the_memory_limit_is_refused_naming_sizes(
         spark, tmp_path):
     srv = InProcessServer(tmp_path / "data", spark, memory_limit=64 * 1024).start()
     try:
-        with srv.client() as c:
+        with srv.client(timeout=300) as c:
             c.execute("CREATE TABLE a (k BIGINT, s TEXT)")
             c.execute("CREATE TABLE b (w BIGINT)")
             c.insert("a", [(i, "x" * 200) for i in range(400)])
