@@ -44,7 +44,7 @@ from partialflow.server.sql.binding import (
     compile_expr,
     scope_name,
 )
-from partialflow.server.sql.distinct_aggregates import distinct_input
+from partialflow.server.sql.distinct_aggregates import distinct_input, mixed, two_levels
 from partialflow.server.sql.from_clause import conjunction, plan_from, without_from
 from partialflow.server.sql.not_in import is_not_in, not_in_join
 from partialflow.server.sql.parse import parse_query
@@ -308,7 +308,11 @@ class Planner:
         order_items = self._order_items(sel, items, names, over_agg)
         # Pre-projection: grouping expressions then aggregate arguments, as input columns.
         inputs = list(groups) + [a for _, a in calls if a is not None]
-        if distinct:
+        two = distinct and mixed(calls, distinct)
+        if two:  # DISTINCT beside other aggregates: two levels, the values as one γ gives
+            src = node
+            group_cols, arg_cols = (), []
+        elif distinct:
             src = distinct_input(node, groups, calls, distinct, shown)
             group_cols = tuple(range(len(groups)))
             arg_cols = [len(groups) if a is not None else None for _, a in calls]
@@ -329,8 +333,13 @@ class Planner:
         agg_names = tuple(f"g{i}" for i in range(len(groups))) + tuple(
             f"{f.lower()}{i}" for i, (f, _) in enumerate(calls)
         )
-        aggs = [AggSpec(f, c) for (f, _), c in zip(calls, arg_cols, strict=True)]
-        node = op_node(Aggregate(agg_names, group_cols, aggs, candidates=MINMAX_CANDIDATES), src)
+        if two:
+            node = two_levels(node, groups, calls, distinct, shown, MINMAX_CANDIDATES)
+        else:
+            aggs = [AggSpec(f, c) for (f, _), c in zip(calls, arg_cols, strict=True)]
+            node = op_node(
+                Aggregate(agg_names, group_cols, aggs, candidates=MINMAX_CANDIDATES), src
+            )
         if having_expr is not None:
             node = op_node(Filter(node.columns, compile_expr(having_expr)), node)
         key = _append_hidden(exprs, [col(k) for k in key_group])

@@ -38,6 +38,12 @@ SHAPES = {
         "AND {a}.v < {b}.w AND {a}.k = ?",
         "k",
     ),
+    # A DISTINCT aggregate beside others: two levels of γ (per (group, v), then per group).
+    "distinct_beside_others": (
+        "SELECT k, COUNT(DISTINCT v) AS nd, COUNT(*) AS n, AVG(x) AS mean, MIN(v) AS lo, "
+        "SUM(x) AS sx FROM {a} WHERE k = ? GROUP BY k",
+        "k",
+    ),
     # A cross product (no equality: a join on a constant key, both indexes full) filtered
     # by a non-equality between the sides (a theta join).
     "cross_product": (

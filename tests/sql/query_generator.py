@@ -138,7 +138,8 @@ class Generator:
     def _aggregates(self, x: str) -> str:
         picks = self.rng.sample(
             ["COUNT(*) AS n", f"SUM({x}) AS total", f"MIN({x}) AS lo", f"MAX({x}) AS hi",
-             f"AVG({x}) AS mean", f"COUNT({x}) AS cnt"], self.rng.randrange(1, 4))
+             f"AVG({x}) AS mean", f"COUNT({x}) AS cnt", f"COUNT(DISTINCT {x}) AS nd",
+             f"SUM(DISTINCT {x}) AS sd"], self.rng.randrange(1, 4))
         return ", ".join(picks)
 
     def _aggregate(self) -> Query:
