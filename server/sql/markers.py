@@ -119,17 +119,13 @@ def rewrite(
         if not subs:
             out.append(e)
             continue
-        e = e.copy()
-        for sq in subqueries_of(e):
+        holder = exp.Paren(this=e.copy())  # a parent for an item that is a subquery
+        for sq in subqueries_of(holder):
             text = sq.sql()
             if text not in ctx.joined:
                 node, scope, ctx.joined[text] = plan_one(sq, node, scope, ctx)
-            ref = ctx.joined[text].copy()
-            if sq is e:
-                e = ref
-            else:
-                sq.replace(ref)
-        out.append(e)
+            sq.replace(ctx.joined[text].copy())
+        out.append(holder.this)
     return out, node, scope
 
 

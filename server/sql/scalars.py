@@ -78,9 +78,11 @@ def join_scalars(
         if not any(is_scalar(n) for n in e.find_all(exp.Subquery)):
             out.append(e)
             continue
-        e = e.copy()
+        # A copy under a parenthesis, so that an item that is itself a subquery still has
+        # a parent (is_scalar looks at it).
+        holder = exp.Paren(this=e.copy())
         # Only this level's subqueries: nested ones are planned with their own SELECT.
-        tops = [n for n in e.find_all(exp.Subquery)
+        tops = [n for n in holder.find_all(exp.Subquery)
                 if is_scalar(n) and n.find_ancestor(exp.Select) is None]
         for sq in tops:
             text = sq.sql()
@@ -91,12 +93,8 @@ def join_scalars(
                     if fallback is None:
                         raise
                     node, scope, joined[text] = fallback(sq, node, scope)
-            ref = joined[text].copy()
-            if sq is e:
-                e = ref
-            else:
-                sq.replace(ref)
-        out.append(e)
+            sq.replace(joined[text].copy())
+        out.append(holder.this)
     return out, node, scope
 
 
