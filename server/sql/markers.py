@@ -34,6 +34,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 from sqlglot import exp
 
@@ -85,8 +86,9 @@ class Context:
 def subqueries_of(e: exp.Expression) -> list[exp.Expression]:
     """The subqueries of ``e`` at its own level (not inside a nested SELECT): scalar
     subqueries, EXISTS and IN (SELECT ...)."""
-    out = []
-    for n in e.walk(prune=lambda x: isinstance(x, exp.Select)):
+    out: list[exp.Expression] = []
+    for walked in e.walk(prune=lambda x: isinstance(x, exp.Select)):
+        n = cast(exp.Expression, walked)
         if isinstance(n, exp.Exists) or (isinstance(n, exp.In) and n.args.get("query")):
             out.append(n)
         elif is_scalar(n):
@@ -155,6 +157,8 @@ def outer_columns(sq: exp.Expression, outer: Scope, ctx: Context) -> list[int]:
     if isinstance(sq, exp.In) and sq.this is not None:
         found += [outer.find(c) for c in sq.this.find_all(exp.Column)]
     query = sq.args.get("query") if isinstance(sq, exp.In) else sq.this
+    if not isinstance(query, exp.Expression):
+        return found
     sub = _select_of(query)
     from_ = sub.args.get("from_")
     if not isinstance(sub, exp.Select) or from_ is None:
@@ -321,6 +325,10 @@ def _with_items(sub: exp.Select, dc: Decorrelated, items: list[exp.Expression]) 
     return q
 
 
+def _alias(e: exp.Expression, name: str) -> exp.Expression:
+    return cast(exp.Expression, exp.alias_(e, name))
+
+
 def _derived(q: exp.Select, alias: str = "_pfs") -> exp.Subquery:
     return exp.Subquery(this=q, alias=exp.TableAlias(this=exp.to_identifier(alias)))
 
@@ -342,8 +350,8 @@ def _scalar(sub: exp.Expression, node: PlanNode, scope: Scope, ctx: Context,
             f"{shown}: a scalar subquery must compute an aggregate without GROUP BY (COUNT, "
             "SUM, AVG, MIN or MAX), so that it has exactly one row per outer row")
     dc = _decorrelate(sub, scope, node, ctx, shown)
-    marker = [] if dc.names else [exp.alias_(exp.Literal.number(1), "_m")]
-    q = _with_items(dc.sub, dc, [*marker, exp.alias_(value.copy(), "_v")])
+    marker = [] if dc.names else [_alias(exp.Literal.number(1), "_m")]
+    q = _with_items(dc.sub, dc, [*marker, _alias(value.copy(), "_v")])
     if dc.names:
         q.set("group", exp.Group(expressions=_d_columns(dc)))
     right = _plan(q, ctx, shown)
@@ -431,7 +439,7 @@ def _in(needle: exp.Expression, sub: exp.Expression, node: PlanNode, scope: Scop
     dc = _decorrelate(sub, scope, node, ctx, shown)
     item = sub.expressions[0]
     value = item.this if isinstance(item, exp.Alias) else item
-    values = _with_items(dc.sub, dc, [exp.alias_(value.copy(), "_v")])
+    values = _with_items(dc.sub, dc, [_alias(value.copy(), "_v")])
     d_names = [exp.column(n) for n in dc.names]
     v = exp.column("_v")
     pairs = exp.Select(expressions=[*d_names, v]).from_(_derived(values))

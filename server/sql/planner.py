@@ -308,7 +308,9 @@ class Planner:
         order_items = self._order_items(sel, items, names, over_agg)
         # Pre-projection: grouping expressions then aggregate arguments, as input columns.
         inputs = list(groups) + [a for _, a in calls if a is not None]
-        two = distinct and mixed(calls, distinct)
+        two = bool(distinct) and mixed(calls, distinct)
+        group_cols: tuple[int, ...]
+        arg_cols: list[int | None]
         if two:  # DISTINCT beside other aggregates: two levels, the values as one γ gives
             src = node
             group_cols, arg_cols = (), []
