@@ -16,8 +16,9 @@ The joined value becomes a hidden column of the relation (qualifier ``SYNTHETIC`
 expanded by ``*``), and the subquery in the expression is replaced by a reference to it,
 so the rest of planning sees a plain column. The decorrelated pieces are ordinary
 operators (γ, ⟕, π), each with its usual partial state and Spark plan; ``explain`` shows
-them. Anything else (no aggregate, several columns, GROUP BY, correlation other than by
-equalities) is refused naming the reason.
+them. Any other form (an expression over aggregates, correlation by other comparisons)
+goes to ``markers.py`` (``join_scalars``' fallback), which refuses what it cannot plan
+naming the reason.
 """
 
 from __future__ import annotations
