@@ -52,11 +52,11 @@ SHAPES = {
         "k",
     ),
     # Correlated subqueries in expressions: a count correlated by an inequality in the
-    # SELECT list, a correlated AVG and an EXISTS by an inequality inside OR.
+    # SELECT list and an EXISTS by an inequality inside OR (each a join with the outer
+    # values' domain; kept to two, since every key's fill is a Spark plan of both).
     "correlated_subquery": (
         "SELECT k, v, (SELECT COUNT(*) FROM {b} WHERE {b}.w < {a}.v) AS below FROM {a} "
-        "WHERE k = ? AND (v > (SELECT AVG(w) FROM {b} z WHERE z.k = {a}.k) "
-        "OR EXISTS (SELECT 1 FROM {b} WHERE {b}.w > {a}.v + 3))",
+        "WHERE k = ? AND (v > 6 OR EXISTS (SELECT 1 FROM {b} WHERE {b}.w > {a}.v + 3))",
         "k",
     ),
     # Expressions both Spark and the Python evaluation compute: casts to every type name,
