@@ -29,7 +29,8 @@ class Join(Operator):
     symbol = "⋈"
 
     def __init__(self, columns: tuple[str, ...], left_key: tuple[int, ...],
-                 right_key: tuple[int, ...], kind: str = "inner", *, left_width: int) -> None:
+                 right_key: tuple[int, ...], kind: str = "inner", *, left_width: int,
+                 cross: bool = False) -> None:
         super().__init__(columns, 2)
         if kind not in KINDS:
             raise ValueError(f"unknown join kind {kind!r}; kinds are {', '.join(KINDS)}")
@@ -47,6 +48,10 @@ class Join(Operator):
         self.right_key = tuple(right_key)
         self.join_kind = kind
         self.left_width = left_width
+        # A cross product: the keys are the same constant on both sides (the planner adds
+        # it), so every row of each side sits under one key. Computed like any join; the
+        # flag tells materialization (both indexes full) and explain.
+        self.cross = cross
         self.symbol = "⟕" if kind == "left" else "⋈"  # type: ignore[misc]
         self._nulls: Row = (None,) * right_width
         self._left_key_of = column_getter(self.left_key)
@@ -155,9 +160,12 @@ class Join(Operator):
                 out.deltas.extend([(left + nulls, 1) for left in matches])
 
     def signature(self) -> Hashable:
-        return ("join", self.join_kind, self.left_key, self.right_key, self.left_width)
+        return ("join", self.join_kind, self.left_key, self.right_key, self.left_width,
+                self.cross)
 
     def description(self) -> str:
+        if self.cross:
+            return f"{self.symbol}[cross product]"
         names = self.columns
         on = ", ".join(f"{names[a]} = {names[self.left_width + b]}"
                        for a, b in zip(self.left_key, self.right_key, strict=True))

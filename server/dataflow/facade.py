@@ -228,10 +228,12 @@ class Dataflow:
                 raise waiter.error
         full = ex.evictor.full_bytes
         if self.memory_limit is not None and full > self.memory_limit:
+            crosses = ex.call(lambda: self.graph.cross_products(name)).result()
             self._remove(name)
+            sizes = f" (its cross products: {'; '.join(crosses)})" if crosses else ""
             raise ResourceExhausted(
                 f"view {name!r} needs {full} bytes of full state, more than the memory limit of "
-                f"{self.memory_limit} bytes"
+                f"{self.memory_limit} bytes{sizes}"
             )
         self.deps[name] = used
         if persist:

@@ -279,6 +279,8 @@ class Graph:
             if n.table is not None and clustered.get(n.table):
                 line += f"  clustered by ({', '.join(clustered[n.table])})"
             lines.append(line)
+            if live and isinstance(n.op, Join) and n.op.cross:
+                lines.append(f"{pad}  cross product now: {cross_sizes(n)}")
             for st in states_of(n):
                 lines.append(f"{pad}  └ {st.describe(live)}")
                 if st.reason:
@@ -288,6 +290,12 @@ class Graph:
 
         walk(reader.node, 0)
         return "\n".join(lines)
+
+    def cross_products(self, name: str) -> list[str]:
+        """The sizes of each cross product of view ``name`` (for a refusal's message)."""
+        reader = self.readers[name]
+        return [f"{n.op.description()} [n{n.nid}]: {cross_sizes(n)}" for n in reader.nodes
+                if isinstance(n.op, Join) and n.op.cross]
 
     def dot(self, name: str) -> str:
         reader = self.readers[name]
@@ -326,3 +334,14 @@ def _base_columns(node: Node, cols: mz.Req) -> list[tuple[str, str]]:
         if mapped is not None:
             out.extend(_base_columns(parent, mapped))
     return out
+
+
+def cross_sizes(node: Node) -> str:
+    """A cross product's sides and output, in rows and bytes, as its full indexes hold them."""
+    sizes = []
+    for s in (0, 1):
+        st = node.sides.get(s)
+        rows = sum(st.item_counts().values()) if st is not None else 0
+        sizes.append((rows, st.memory_bytes if st is not None else 0))
+    (lr, lb), (rr, rb) = sizes
+    return (f"left {lr} rows ({lb} B) x right {rr} rows ({rb} B) = {lr * rr} rows out")

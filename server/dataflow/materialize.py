@@ -10,6 +10,8 @@ state above is full). At each stateful node:
 * **miss** (evict-on-miss) for a join index whose key the downstream key does not trace
   to, but where every downstream key is computable from the other side's rows: a lookup
   that finds a hole drops the update and evicts exactly those downstream keys;
+* **full** for both indexes of a cross product (a join on a constant key), whatever the
+  key above;
 * **full** otherwise — and then everything below is full too, so partial state never
   sits below full state.
 
@@ -40,6 +42,13 @@ class Decision:
     mode: Mode
     key: tuple[int, ...]  # partial (fill key) columns; () when full
     reason: str
+
+
+CROSS_REASON = (
+    "cross product (no equality joins the sides): every {side} row sits under one constant key "
+    "and a change on either side meets every row of the other, so this index is full; it grows "
+    "with the {side} side's rows, and the product (left rows x right rows) flows above it"
+)
 
 
 # -- per kind of state -----------------------------------------------------------------------
@@ -75,6 +84,10 @@ def join_decisions(op: Join, req: Req) -> dict[int, Decision]:
     when the key traces to the other side instead (inner joins), full otherwise."""
     idx = op.side_indexes()
     out = {}
+    if getattr(op, "cross", False):
+        for s in (0, 1):
+            out[s] = Decision("full", (), CROSS_REASON.format(side="left" if s == 0 else "right"))
+        return out
     for s in (0, 1):
         mine, other = trace(op, req, s), trace(op, req, 1 - s)
         if mine is not None and set(mine) <= set(idx[s]):

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from sqlglot import exp
+
 from partialflow.operators.base import Operator
+from partialflow.operators.join import Join
 from partialflow.operators.project import Project
 from partialflow.server.sql.binding import col, compile_expr
 
@@ -58,3 +61,27 @@ def select_columns(node: PlanNode, positions: list[int], names: tuple[str, ...])
 def visible_only(plan: ViewPlan) -> PlanNode:
     """A view used as a relation: its root without hidden columns (and unsorted)."""
     return select_columns(plan.root, list(plan.visible), tuple(plan.columns))
+
+
+def with_constant(node: PlanNode, name: str = "_one") -> PlanNode:
+    """``node`` with one more column, the literal 1 (a cross product's join key)."""
+    width = len(node.columns)
+    exprs = [compile_expr(col(i)) for i in range(width)] + [compile_expr(exp.Literal.number(1))]
+    return op_node(Project(node.columns + (name,), exprs), node)
+
+
+def cross_join(left: PlanNode, right: PlanNode, kind: str = "inner") -> PlanNode:
+    """Every row of ``left`` with every row of ``right`` (``kind`` left: a left row with no
+    right row at all is kept, NULL-padded), the left columns then the right ones.
+
+    A join on a constant: each side gets the column 1 and they join on it, so every row of
+    each side sits under that one key. Both indexes hold their whole side (materialization
+    makes them full: a change on either side meets every row of the other), and deletes on
+    either side retract exactly the pairs they made, as in any join."""
+    lw, rw = len(left.columns), len(right.columns)
+    lc, rc = with_constant(left), with_constant(right)
+    cols = lc.columns + rc.columns
+    op = Join(cols, (lw,), (rw,), kind, left_width=lw + 1, cross=True)
+    joined = PlanNode(cols, op, [lc, rc])
+    keep = list(range(lw)) + [lw + 1 + j for j in range(rw)]
+    return select_columns(joined, keep, left.columns + right.columns)

@@ -22,6 +22,7 @@ from partialflow.operators.project import Project
 from partialflow.operators.topk import TopK
 from partialflow.operators.union import Union
 from partialflow.server.errors import InvalidArgument, NotFound
+from partialflow.server.sql import markers
 from partialflow.server.sql.binding import (
     _AGG_FUNCS,
     Scope,
@@ -43,13 +44,13 @@ from partialflow.server.sql.binding import (
     compile_expr,
     scope_name,
 )
-from partialflow.server.sql.distinct_aggregates import distinct_input
-from partialflow.server.sql.from_clause import conjunction, plan_from
+from partialflow.server.sql.distinct_aggregates import distinct_input, mixed, two_levels
+from partialflow.server.sql.from_clause import conjunction, plan_from, without_from
 from partialflow.server.sql.not_in import is_not_in, not_in_join
 from partialflow.server.sql.parse import parse_query
 from partialflow.server.sql.plan import PlanNode, ViewPlan, op_node, visible_only
 from partialflow.server.sql.refusals import refuse_constructs
-from partialflow.server.sql.scalars import is_scalar, join_scalars
+from partialflow.server.sql.scalars import join_scalars
 from partialflow.server.sql.setops import plan_except_intersect
 from partialflow.server.sql.subqueries import exists_join, is_exists_join, is_semi_join, semi_join
 
@@ -71,6 +72,8 @@ class Planner:
     def __init__(self, tables: TableLookup, views: ViewLookup) -> None:
         self._tables = tables
         self._views = views
+        # Relations made while planning (a decorrelated subquery's domain, markers.py).
+        self._locals: markers.Locals = {}
 
     # -- entry point -------------------------------------------------------------------
     def plan(self, sql: str) -> ViewPlan:
@@ -93,47 +96,59 @@ class Planner:
         # An Expression, not only a Select: a UNION branch or FROM subquery of another kind
         # (VALUES, ...) comes here too and is refused by the checks below.
         _refuse_unsupported(sel)
+        sel = without_from(sel)
         where = sel.args.get("where")
         node, scope, conjuncts = plan_from(
             sel, _conjuncts(where.this) if where is not None else [], self._relation
         )
-        # Scalar subqueries become columns joined in (scalars.py), in WHERE here and in the
-        # SELECT list below.
+        ctx = markers.Context(self._relation, self._plan_query, self._locals)
+
+        def fallback(sq, n, sc):
+            return markers.plan_one(sq, n, sc, ctx)
+
+        # Scalar subqueries become columns joined in (scalars.py, or markers.py for other
+        # forms), in WHERE here and in the SELECT list below.
         conjuncts, node, scope = join_scalars(
-            conjuncts, node, scope, self._relation, self._plan_query
+            conjuncts, node, scope, self._relation, self._plan_query, fallback
         )
         params: list[int] = []
         semis: list[exp.Expression] = []
-        if conjuncts:
-            residual = []
-            for conj in conjuncts:
-                p = _param_column(conj)
-                if p is not None:
-                    if not allow_params:
-                        raise InvalidArgument(
-                            "parameters (?) are only allowed in the outermost SELECT of a view, "
-                            "not in a subquery or UNION branch; define a view over this one instead"
-                        )
-                    params.append(scope.find(p))
-                elif is_semi_join(conj) or is_exists_join(conj) or is_not_in(conj):
-                    semis.append(conj)
-                elif any(isinstance(n, exp.Placeholder) for n in conj.walk()):
+        residual: list[exp.Expression] = []
+        for conj in conjuncts:
+            p = _param_column(conj)
+            if p is not None:
+                if not allow_params:
                     raise InvalidArgument(
-                        "a parameter must appear as `column = ?` in a top-level AND of WHERE; got "
-                        f"{conj.sql()!r}"
+                        "parameters (?) are only allowed in the outermost SELECT of a view, "
+                        "not in a subquery or UNION branch; define a view over this one instead"
                     )
-                else:
-                    residual.append(conj)
-            if residual:
-                pred = conjunction(residual)
-                node = op_node(Filter(node.columns, compile_expr(_bind(pred, scope))), node)
-        for conj in semis:
-            if is_semi_join(conj):
-                node = semi_join(node, scope, conj, self._plan_query)
-            elif isinstance(conj, exp.Not) and is_not_in(conj):
-                node = not_in_join(node, scope, conj, self._relation, self._plan_query)
+                params.append(scope.find(p))
+            elif is_semi_join(conj) or is_exists_join(conj) or is_not_in(conj):
+                semis.append(conj)
+            elif any(isinstance(n, exp.Placeholder) for n in conj.walk()):
+                raise InvalidArgument(
+                    "a parameter must appear as `column = ?` in a top-level AND of WHERE; got "
+                    f"{conj.sql()!r}"
+                )
             else:
-                node = exists_join(node, scope, conj, self._relation, self._plan_query)
+                residual.append(conj)
+        # EXISTS / IN inside larger conditions: marker columns joined in (markers.py).
+        residual, node, scope = markers.rewrite(residual, node, scope, ctx)
+        if residual:
+            pred = conjunction(residual)
+            node = op_node(Filter(node.columns, compile_expr(_bind(pred, scope))), node)
+        for conj in semis:
+            try:
+                if is_semi_join(conj):
+                    node = semi_join(node, scope, conj, self._plan_query)
+                elif isinstance(conj, exp.Not) and is_not_in(conj):
+                    node = not_in_join(node, scope, conj, self._relation, self._plan_query)
+                else:
+                    node = exists_join(node, scope, conj, self._relation, self._plan_query)
+            except InvalidArgument:
+                # Correlated otherwise than the semi-join forms allow: a marker and a filter.
+                (pred,), node, scope = markers.rewrite([conj], node, scope, ctx)
+                node = op_node(Filter(node.columns, compile_expr(_bind(pred, scope))), node)
         if len(set(params)) != len(params):
             raise InvalidArgument("the same column is compared with ? twice")
         has_aggs = any(  # a scalar subquery's own aggregate does not make this one grouped
@@ -143,19 +158,59 @@ class Planner:
         )
         having = sel.args.get("having")
         if sel.args.get("group") or has_aggs or having is not None:
-            if any(is_scalar(n) for e in sel.expressions for n in e.find_all(exp.Subquery)):
-                raise InvalidArgument(
-                    "a scalar subquery in the SELECT list of an aggregate query is not "
-                    "supported; compute it in a view over this one"
-                )
-            return self._plan_aggregate(sel, node, scope, params)
+            sel, node, scope, extra = self._aggregate_subqueries(sel, node, scope, ctx)
+            return self._plan_aggregate(sel, node, scope, params, extra)
         items, node, scope = join_scalars(
-            list(sel.expressions), node, scope, self._relation, self._plan_query
+            list(sel.expressions), node, scope, self._relation, self._plan_query, fallback
         )
+        items, node, scope = markers.rewrite(items, node, scope, ctx)
         if items != list(sel.expressions):
             sel = sel.copy()
             sel.set("expressions", items)
         return self._plan_projection(sel, node, scope, params)
+
+    def _aggregate_subqueries(
+        self, sel: exp.Expression, node: PlanNode, scope: Scope, ctx: markers.Context
+    ) -> tuple[exp.Expression, PlanNode, Scope, list[int]]:
+        """Subqueries in the SELECT list and HAVING of an aggregate query, joined in before
+        the aggregate. One outside an aggregate's argument must name no column but the
+        grouping ones: its value is then the same for every row of a group, so grouping by
+        it too (the returned positions) changes no group and makes it a group column."""
+        having = sel.args.get("having")
+        parts = list(sel.expressions) + ([having.this] if having is not None else [])
+        if not any(markers.has_subquery(e) for e in parts):
+            return sel, node, scope, []
+        group = sel.args.get("group")
+        if group is None:
+            raise InvalidArgument(
+                "a subquery in the SELECT list or HAVING of an aggregate query without GROUP BY "
+                "is not supported; compute the aggregate in a view and the subquery over it"
+            )
+        grouped = {scope.find(g) for g in group.expressions if isinstance(g, exp.Column)}
+        for e in parts:
+            for sq in markers.subqueries_of(e):
+                outside = sq.find_ancestor(*_AGG_FUNCS) is None
+                named = markers.outer_columns(sq, scope, ctx)
+                if outside and not set(named) <= grouped:
+                    q, n = scope.cols[next(p for p in named if p not in grouped)]
+                    raise InvalidArgument(
+                        f"subquery {markers.clip(sq.sql())} names {q + '.' if q else ''}{n}, "
+                        "which is not a GROUP BY column; in an aggregate query a subquery "
+                        "outside an aggregate may name grouping columns only"
+                    )
+        new_parts, node, scope = markers.rewrite(parts, node, scope, ctx)
+        sel = sel.copy()
+        sel.set("expressions", new_parts[: len(sel.expressions)])
+        if having is not None:
+            sel.set("having", exp.Having(this=new_parts[-1]))
+        extra: list[int] = []
+        for e in new_parts:
+            for c in e.walk(prune=lambda x: isinstance(x, tuple(_AGG_FUNCS))):
+                if isinstance(c, exp.Column) and c.table == markers.SYNTHETIC:
+                    p = scope.find(c)
+                    if p not in extra:
+                        extra.append(p)
+        return sel, node, scope, extra
 
     def _plan_projection(
         self, sel: exp.Expression, node: PlanNode, scope: Scope, params: list[int]
@@ -171,7 +226,8 @@ class Planner:
         return self._finish(sel, root, names, key, order_cols)
 
     def _plan_aggregate(
-        self, sel: exp.Expression, node: PlanNode, scope: Scope, params: list[int]
+        self, sel: exp.Expression, node: PlanNode, scope: Scope, params: list[int],
+        extra: list[int] | None = None,
     ) -> ViewPlan:
         items = _expand_star(sel.expressions, scope)
         names = [_output_name(e) for e in items]
@@ -183,6 +239,9 @@ class Planner:
             if not any(g == col(p) for g in groups):
                 groups.append(col(p))
         key_group = [next(i for i, g in enumerate(groups) if g == col(p)) for p in params]
+        for p in extra or []:  # subquery values that are the same within a group
+            if not any(g == col(p) for g in groups):
+                groups.append(col(p))
         calls: list[tuple[str, exp.Expression | None]] = []
         distinct: set[int] = set()  # calls over DISTINCT
         shown: list[str] = []  # calls as written, for messages
@@ -249,7 +308,13 @@ class Planner:
         order_items = self._order_items(sel, items, names, over_agg)
         # Pre-projection: grouping expressions then aggregate arguments, as input columns.
         inputs = list(groups) + [a for _, a in calls if a is not None]
-        if distinct:
+        two = bool(distinct) and mixed(calls, distinct)
+        group_cols: tuple[int, ...]
+        arg_cols: list[int | None]
+        if two:  # DISTINCT beside other aggregates: two levels, the values as one γ gives
+            src = node
+            group_cols, arg_cols = (), []
+        elif distinct:
             src = distinct_input(node, groups, calls, distinct, shown)
             group_cols = tuple(range(len(groups)))
             arg_cols = [len(groups) if a is not None else None for _, a in calls]
@@ -270,8 +335,13 @@ class Planner:
         agg_names = tuple(f"g{i}" for i in range(len(groups))) + tuple(
             f"{f.lower()}{i}" for i, (f, _) in enumerate(calls)
         )
-        aggs = [AggSpec(f, c) for (f, _), c in zip(calls, arg_cols, strict=True)]
-        node = op_node(Aggregate(agg_names, group_cols, aggs, candidates=MINMAX_CANDIDATES), src)
+        if two:
+            node = two_levels(node, groups, calls, distinct, shown, MINMAX_CANDIDATES)
+        else:
+            aggs = [AggSpec(f, c) for (f, _), c in zip(calls, arg_cols, strict=True)]
+            node = op_node(
+                Aggregate(agg_names, group_cols, aggs, candidates=MINMAX_CANDIDATES), src
+            )
         if having_expr is not None:
             node = op_node(Filter(node.columns, compile_expr(having_expr)), node)
         key = _append_hidden(exprs, [col(k) for k in key_group])
@@ -386,6 +456,9 @@ class Planner:
                 raise InvalidArgument(f"qualified table names are not supported: {rel.sql()!r}")
             name = rel.name.lower()
             alias = (rel.alias or rel.name).lower()
+            if name in self._locals:
+                local, names = self._locals[name]
+                return local, Scope([(alias, c) for c in names])
             cols = self._tables(name)
             if cols is not None:
                 node = PlanNode(tuple(cols), table=name)

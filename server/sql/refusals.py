@@ -18,9 +18,8 @@ from sqlglot import exp
 from sqlglot.tokens import Token, TokenType
 
 from partialflow.server.errors import InvalidArgument
-from partialflow.server.sql.not_in import is_not_in
 from partialflow.server.sql.scalars import allowed_place, is_scalar
-from partialflow.server.sql.subqueries import clip, is_exists_join, is_semi_join
+from partialflow.server.sql.subqueries import clip
 
 
 def refuse_constructs(tree: exp.Expr, sql: str) -> None:
@@ -45,24 +44,16 @@ def refuse_constructs(tree: exp.Expr, sql: str) -> None:
 
 
 def _unsupported(node: exp.Expression) -> str | None:
-    if isinstance(node, exp.Exists) and not is_exists_join(node):
+    is_sub = isinstance(node, exp.Exists) or is_scalar(node) or (
+        isinstance(node, exp.In) and node.args.get("query") is not None)
+    if is_sub and not allowed_place(node):
+        word = "EXISTS " if isinstance(node, exp.Exists) else "IN " if isinstance(
+            node, exp.In) else "scalar subquery "
+        shown = _shown(node.args["query"] if isinstance(node, exp.In) else node.this
+                       if isinstance(node, exp.Exists) else node)
         return (
-            f"subqueries in expressions are not supported: EXISTS {_shown(node.this)} here "
-            "(only [NOT] EXISTS ANDed into WHERE is, as a semi- or anti-join)"
-        )
-    if (isinstance(node, exp.In) and node.args.get("query") is not None
-            and not is_semi_join(node)
-            and not (isinstance(node.parent, exp.Expression) and is_not_in(node.parent))):
-        shown = _shown(node.args["query"])
-        word = "NOT IN" if isinstance(node.parent, exp.Not) else "IN"
-        return (
-            f"subqueries in expressions are not supported: {word} {shown} here (only "
-            "`column [NOT] IN (SELECT ...)` ANDed into WHERE is, as a semi- or anti-join)"
-        )
-    if is_scalar(node) and not allowed_place(node):
-        return (
-            f"subqueries in expressions are not supported: scalar subquery {_shown(node)} here "
-            "(only in WHERE or the SELECT list)"
+            f"subqueries in expressions are not supported in this clause: {word}{shown} "
+            "(only in WHERE, the SELECT list and HAVING)"
         )
     if isinstance(node, exp.Window):
         return f"window functions are not supported: {_shown(node)}"

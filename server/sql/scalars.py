@@ -16,8 +16,9 @@ The joined value becomes a hidden column of the relation (qualifier ``SYNTHETIC`
 expanded by ``*``), and the subquery in the expression is replaced by a reference to it,
 so the rest of planning sees a plain column. The decorrelated pieces are ordinary
 operators (γ, ⟕, π), each with its usual partial state and Spark plan; ``explain`` shows
-them. Anything else (no aggregate, several columns, GROUP BY, correlation other than by
-equalities) is refused naming the reason.
+them. Any other form (an expression over aggregates, correlation by other comparisons)
+goes to ``markers.py`` (``join_scalars``' fallback), which refuses what it cannot plan
+naming the reason.
 """
 
 from __future__ import annotations
@@ -27,28 +28,38 @@ from collections.abc import Callable
 from sqlglot import exp
 
 from partialflow.operators.join import Join
-from partialflow.operators.project import Project
 from partialflow.server.errors import InvalidArgument, NotFound
-from partialflow.server.sql.binding import _AGG_FUNCS, SYNTHETIC, Scope, col, compile_expr
-from partialflow.server.sql.plan import PlanNode, ViewPlan, op_node, select_columns, visible_only
+from partialflow.server.sql.binding import _AGG_FUNCS, SYNTHETIC, Scope
+from partialflow.server.sql.plan import (
+    PlanNode,
+    ViewPlan,
+    cross_join,
+    select_columns,
+    visible_only,
+)
 from partialflow.server.sql.subqueries import Relation, clip, split_correlation, where_of
+
+# Plans a subquery this module does not: (subquery, node, scope) -> (node, scope, value).
+Fallback = Callable[[exp.Expression, PlanNode, Scope], tuple[PlanNode, Scope, exp.Expression]]
 
 
 def is_scalar(node: exp.Expression) -> bool:
     """Whether ``node`` is a subquery used as a value (not in FROM, IN or EXISTS)."""
-    return isinstance(node, exp.Subquery) and node.parent is not None and not isinstance(
-        node.parent, (exp.From, exp.Join, exp.SetOperation, exp.In, exp.Exists)
-    )
+    if not isinstance(node, exp.Subquery) or node.parent is None:
+        return False
+    if isinstance(node.parent, exp.In):  # a value of an IN list, not IN's own subquery
+        return node.arg_key == "expressions"
+    return not isinstance(node.parent, (exp.From, exp.Join, exp.SetOperation, exp.Exists))
 
 
 def allowed_place(node: exp.Expression) -> bool:
-    """Whether a scalar subquery sits in its SELECT's WHERE or SELECT list (where it is
-    planned as a join), not in HAVING, GROUP BY, ORDER BY or a join condition."""
+    """Whether a subquery sits in its SELECT's WHERE, SELECT list or HAVING (where it is
+    planned as a join), not in GROUP BY, ORDER BY or a join condition."""
     child: exp.Expr = node
     up = node.parent
     while up is not None and not isinstance(up, exp.Select):
         child, up = up, up.parent
-    return up is not None and child.arg_key in ("where", "expressions")
+    return up is not None and child.arg_key in ("where", "expressions", "having")
 
 
 def join_scalars(
@@ -57,28 +68,34 @@ def join_scalars(
     scope: Scope,
     relation: Relation,
     plan_query: Callable[[exp.Expression], ViewPlan],
+    fallback: Fallback | None = None,
 ) -> tuple[list[exp.Expression], PlanNode, Scope]:
-    """``exprs`` with their scalar subqueries replaced by columns of ``node`` joined in."""
+    """``exprs`` with their scalar subqueries replaced by columns of ``node`` joined in;
+    a subquery of another form than this module's goes to ``fallback`` (markers.py), if
+    given."""
     out = []
     joined: dict[str, exp.Expression] = {}  # one join per distinct subquery text
     for e in exprs:
         if not any(is_scalar(n) for n in e.find_all(exp.Subquery)):
             out.append(e)
             continue
-        e = e.copy()
+        # A copy under a parenthesis, so that an item that is itself a subquery still has
+        # a parent (is_scalar looks at it).
+        holder = exp.Paren(this=e.copy())
         # Only this level's subqueries: nested ones are planned with their own SELECT.
-        tops = [n for n in e.find_all(exp.Subquery)
+        tops = [n for n in holder.find_all(exp.Subquery)
                 if is_scalar(n) and n.find_ancestor(exp.Select) is None]
         for sq in tops:
             text = sq.sql()
             if text not in joined:
-                node, scope, joined[text] = _join_one(sq, node, scope, relation, plan_query)
-            ref = joined[text].copy()
-            if sq is e:
-                e = ref
-            else:
-                sq.replace(ref)
-        out.append(e)
+                try:
+                    node, scope, joined[text] = _join_one(sq, node, scope, relation, plan_query)
+                except InvalidArgument:
+                    if fallback is None:
+                        raise
+                    node, scope, joined[text] = fallback(sq, node, scope)
+            sq.replace(joined[text].copy())
+        out.append(holder.this)
     return out, node, scope
 
 
@@ -121,23 +138,14 @@ def _join_one(
     n = sum(1 for q, _ in scope.cols if q == SYNTHETIC)
     name = f"_sq{n}"
     if links:
-        left = node
         xs = tuple(scope.find(o) for o, _ in links)
         ys = tuple(range(len(links)))
+        cols = node.columns + right.columns
+        joined = PlanNode(cols, Join(cols, xs, ys, "left", left_width=width), [node, right])
         value = width + len(links)
-    else:  # one row: joined to every outer row on a constant
-        one = exp.Literal.number(1)
-        lcols = node.columns + ("_one",)
-        left = op_node(
-            Project(lcols, [compile_expr(col(i)) for i in range(width)] + [compile_expr(one)]),
-            node,
-        )
-        right = op_node(Project(("_one", name), [compile_expr(one), compile_expr(col(0))]), right)
-        xs, ys = (width,), (0,)
-        value = width + 2
-    cols = left.columns + right.columns
-    joined = PlanNode(cols, Join(cols, xs, ys, "left", left_width=len(left.columns)),
-                      [left, right])
+    else:  # one row: joined to every outer row, a cross product with a one-row side
+        joined = cross_join(node, right, "left")
+        value = width
     node = select_columns(joined, list(range(width)) + [value], node.columns + (name,))
     scope = Scope(scope.cols + [(SYNTHETIC, name)])
     ref: exp.Expression = exp.column(name, table=SYNTHETIC)

@@ -3,8 +3,8 @@
 In a top-level AND of WHERE, ``x IN (SELECT y ...)`` keeps a row exactly when some y equals
 x: an inner join of the row with the *distinct* values of y on x = y (δ makes each row
 match at most once; a NULL x or y matches nothing, and a row for which IN is NULL is
-dropped by WHERE like one for which it is false). The subquery is planned on its own, so a
-correlated one (naming the outer query's columns) is refused.
+dropped by WHERE like one for which it is false). The subquery is planned on its own; a
+correlated one (naming the outer query's columns) goes to ``markers.py``.
 
 ``EXISTS (SELECT ... FROM r WHERE r.y = outer.x AND p)``, correlated by equalities
 between inner and outer columns (``p`` naming inner columns only), is decorrelated into a
@@ -14,8 +14,9 @@ them (NULLs match nothing either way). ``NOT EXISTS`` is the anti-join: a left j
 the same distinct values, keeping the rows that found no match (the joined values are
 NULL; a row with a NULL x finds none, and NOT EXISTS is then true, as in SQL).
 
-NOT IN is refused (``refusals.py``): one NULL among the subquery's values makes it NULL
-for every row, which a join cannot express. Scalar subqueries are refused too.
+These are the cheap forms, for conjuncts of WHERE. NOT IN is ``not_in.py``; scalar
+subqueries ``scalars.py``; every other subquery in an expression (under OR, CASE or NOT,
+correlated by other comparisons) is a marker column joined in (``markers.py``).
 """
 
 from __future__ import annotations

@@ -52,11 +52,14 @@ class Query:
     sql: str  # with {r}, {q}, {w} for the table names
     key: str | None  # the parameter's column (its values from KEYS), or None: no parameter
     sqlite: bool = True  # the dialects agree on it
+    spark: bool = True  # Spark runs it (it refuses a correlated scalar subquery in the
+    # SELECT list of a grouped query: SCALAR_SUBQUERY_IS_IN_GROUP_BY_OR_AGGREGATE_FUNCTION)
     refused: str | None = None  # expected refusal (words of the message)
 
 
 KINDS = ["filter", "join", "join3", "comma", "aggregate", "join_aggregate", "distinct", "in",
-         "not_in", "exists", "scalar", "setop", "topk", "refused", "multiway", "multiway"]
+         "not_in", "exists", "scalar", "setop", "topk", "refused", "multiway", "multiway",
+         "cross", "cross", "subexpr", "subexpr", "subexpr"]
 
 
 class Generator:
@@ -135,7 +138,8 @@ class Generator:
     def _aggregates(self, x: str) -> str:
         picks = self.rng.sample(
             ["COUNT(*) AS n", f"SUM({x}) AS total", f"MIN({x}) AS lo", f"MAX({x}) AS hi",
-             f"AVG({x}) AS mean", f"COUNT({x}) AS cnt"], self.rng.randrange(1, 4))
+             f"AVG({x}) AS mean", f"COUNT({x}) AS cnt", f"COUNT(DISTINCT {x}) AS nd",
+             f"SUM(DISTINCT {x}) AS sd"], self.rng.randrange(1, 4))
         return ", ".join(picks)
 
     def _aggregate(self) -> Query:
@@ -208,16 +212,130 @@ class Generator:
 
     def _refused(self) -> Query:
         sql, why = self.rng.choice([
-            ("SELECT {r}.k, COUNT(*) AS n FROM {r} GROUP BY {r}.k HAVING COUNT(*) > "
-             "(SELECT COUNT(*) FROM {q})", "scalar subquery"),
-            ("SELECT {r}.k FROM {r} WHERE {r}.a = 1 OR {r}.a NOT IN (SELECT {q}.b FROM {q})",
-             "NOT IN"),
+            ("SELECT {r}.k FROM {r} GROUP BY {r}.k ORDER BY (SELECT COUNT(*) FROM {q}) LIMIT 2",
+             "scalar subquery"),
+            ("SELECT {r}.k FROM {r} WHERE {r}.a > (SELECT {q}.b FROM {q})",
+             "aggregate without GROUP BY"),
             ("SELECT {r}.k, ROW_NUMBER() OVER (ORDER BY {r}.a) AS n FROM {r}", "window"),
             ("SELECT {r}.k FROM {r} RIGHT JOIN {q} ON {r}.k = {q}.k", "RIGHT JOIN"),
         ])
         return Query(sql, None, refused=why)
 
 
+
+    def _cross(self) -> Query:
+        """A cross product of 2 or 3 of the small tables (w, p, v; self-products included):
+        a comma list, CROSS JOIN or a JOIN ON with non-equalities only; filtered on one
+        side, on both (a theta join) or not at all; rows, DISTINCT or grouped; keyed or
+        not."""
+        rng = self.rng
+        n = rng.choice([2, 2, 3])
+        tables = [rng.choice("wpv") for _ in range(n)]
+        refs = [f"x{i}" for i in range(n)]
+        items = [f"{{{t}}} {refs[i]}" for i, t in enumerate(tables)]
+        num = {t: NUMERIC[t][0] for t in "wpv"}
+        thetas = [f"{refs[i]}.{num[tables[i]]} {rng.choice(['<', '>=', '<>'])} "
+                  f"{refs[j]}.{num[tables[j]]}" for i in range(n) for j in range(i + 1, n)]
+        where = [self.pred(tables[i], refs[i]) for i in rng.sample(range(n), rng.randrange(n))]
+        where += rng.sample(thetas, rng.randrange(len(thetas) + 1))
+        form = rng.choice(["comma", "cross", "on"])
+        if form == "comma":
+            text = ", ".join(items)
+        elif form == "cross":
+            text = " CROSS JOIN ".join(items)
+        else:
+            text = items[0]
+            for i in range(1, n):
+                text += f" JOIN {items[i]} ON {thetas[i - 1] if i == 1 else thetas[-1]}"
+        at = rng.randrange(n)
+        col = rng.choice(KEYABLE[tables[at]])
+        key = f"{refs[at]}.{col}" if self.maybe(0.5) else None
+        shape = rng.choice(["rows", "rows", "distinct", "aggregate"])
+        if shape == "aggregate":
+            x = rng.randrange(n)
+            aggs = self._aggregates(f"{refs[x]}.{num[tables[x]]}")
+            sql = (f"SELECT {refs[at]}.{col} AS g, {aggs} FROM {text}{self.where(where, key)} "
+                   f"GROUP BY {refs[at]}.{col}")
+            return Query(sql, col if key else None)
+        picks = [f"{refs[i]}.{c}" for i in range(n) for c, _ in SCHEMA[tables[i]]]
+        cols = rng.sample(picks, rng.randrange(2, 5))
+        out = ", ".join(f"{c} AS c{m}" for m, c in enumerate(cols))
+        distinct = "DISTINCT " if shape == "distinct" else ""
+        return Query(f"SELECT {distinct}{out} FROM {text}{self.where(where, key)}",
+                     col if key else None)
+
+    def _scalar_sub(self, outer: str, correlated: bool | None = None) -> str:
+        """A one-value subquery over q: an aggregate, correlated with ``outer`` (r's name)
+        by an equality, an inequality or both, or not at all."""
+        rng = self.rng
+        agg = rng.choice(["MAX(z.b)", "MIN(z.b)", "COUNT(*)", "SUM(z.b)", "COUNT(z.u)",
+                          "MAX(z.b) - MIN(z.b)", "COUNT(*) + 1"])
+        corr = rng.choice(["", "z.k = {o}.k AND ", "z.b < {o}.a AND ", "z.k = {o}.k AND "
+                           "z.b >= {o}.a AND ", "z.b + 1 > {o}.k AND "])
+        if correlated is False:
+            corr = ""
+        return f"(SELECT {agg} FROM {{q}} z WHERE {corr.format(o=outer)}{self.pred_q('z')})"
+
+    def _predicate_sub(self, outer: str) -> str:
+        """EXISTS / IN / NOT IN over q, correlated with ``outer`` or not."""
+        rng = self.rng
+        corr = rng.choice(["", "z.k = {o}.k AND ", "z.b > {o}.a AND ", "z.k <> {o}.k AND "])
+        cond = f"{corr.format(o=outer)}{self.pred_q('z')}"
+        value = rng.choice(["z.b", "CASE WHEN z.b > 5 THEN NULL ELSE z.b END"])
+        return rng.choice([
+            f"EXISTS (SELECT 1 FROM {{q}} z WHERE {cond})",
+            f"NOT EXISTS (SELECT 1 FROM {{q}} z WHERE {cond})",
+            f"{outer}.a IN (SELECT {value} FROM {{q}} z WHERE {cond})",
+            f"{outer}.a NOT IN (SELECT {value} FROM {{q}} z WHERE {cond})",
+            f"{outer}.k + 1 IN (SELECT z.b FROM {{q}} z WHERE {cond})",
+        ])
+
+    def _subexpr(self) -> Query:
+        """Subqueries in every expression position over r: arithmetic, CASE, BETWEEN, an IN
+        list, COALESCE, inside OR / NOT, the SELECT list, HAVING of a grouped query."""
+        rng = self.rng
+        o = "{r}"
+        key = "k" if self.maybe() else None
+        where_key = f"{o}.k" if key else None
+        s, p = self._scalar_sub(o), self._predicate_sub(o)
+        n = rng.randrange(6)
+        position = rng.choice(["arith", "case", "between", "inlist", "or", "not", "select_pred",
+                               "coalesce", "having", "having_select"])
+        if position in ("having", "having_select"):
+            g = self._scalar_sub(o, correlated=False) if self.maybe(0.4) else (
+                "(SELECT COUNT(*) FROM {q} z WHERE z.k = {r}.k)")
+            if position == "having":
+                sql = (f"SELECT {o}.k, COUNT(*) AS n, SUM({o}.a) AS s FROM {o}"
+                       f"{self.where([], where_key)} GROUP BY {o}.k HAVING COUNT(*) + 1 > {g}")
+            else:
+                sql = (f"SELECT {o}.k, MAX({o}.a) AS m, {g} AS sub FROM {o}"
+                       f"{self.where([], where_key)} GROUP BY {o}.k")
+                return Query(sql, key, spark="{r}.k" not in g)
+            return Query(sql, key)
+        if position == "arith":
+            sql = f"SELECT {o}.k, {o}.a, {o}.a * 2 - {s} AS x FROM {o}{self.where([], where_key)}"
+        elif position == "case":
+            sql = (f"SELECT {o}.k, CASE WHEN {p} THEN 'y' WHEN {o}.a > {s} THEN 'a' ELSE 'n' END "
+                   f"AS c FROM {o}{self.where([], where_key)}")
+        elif position == "between":
+            sql = (f"SELECT {o}.k, {o}.a FROM {o}"
+                   f"{self.where([f'{o}.a BETWEEN {s} AND {s} + {n}'], where_key)}")
+        elif position == "inlist":
+            sql = (f"SELECT {o}.k, {o}.s FROM {o}"
+                   f"{self.where([f'{o}.a IN ({n}, {s}, {s} + 1)'], where_key)}")
+        elif position == "or":
+            sql = (f"SELECT {o}.k, {o}.a, {o}.s FROM {o}"
+                   f"{self.where([f'({self.pred_r()} OR {p})'], where_key)}")
+        elif position == "not":
+            sql = (f"SELECT {o}.k, {o}.a FROM {o}"
+                   f"{self.where([f'NOT ({p} AND {o}.a > {s})'], where_key)}")
+        elif position == "select_pred":
+            sql = (f"SELECT {o}.k, CASE WHEN {p} THEN 1 ELSE 0 END AS m FROM {o}"
+                   f"{self.where([], where_key)}")
+        else:
+            sql = (f"SELECT {o}.k, COALESCE({s}, -1) AS v FROM {o}"
+                   f"{self.where([self.pred_r()], where_key)}")
+        return Query(sql, key)
 
     def _multiway(self) -> Query:
         """A join of 4 or 5 tables, self-joins included: a random tree of equalities written
