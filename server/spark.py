@@ -1,4 +1,5 @@
-"""The one place that builds the Spark session.
+"""The one place that builds the Spark session (and tears a dead one down: ``teardown``,
+used by ``spark_supervisor`` when it replaces a driver that died).
 
 Every upquery, bulk load, compaction and direct query runs on this session. Settings are
 chosen for a small embedded default (local master, UI off, few shuffle partitions); any
@@ -14,12 +15,14 @@ start-up with the reason, and must be given to the Connect server itself.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from pyspark.sql import SparkSession
 
@@ -175,3 +178,76 @@ def _start(builder: SparkSession.Builder) -> SparkSession:
         "that there is memory for the driver (PARTIALFLOW_SPARK_DRIVER_MEMORY, default 2g), "
         "and the Java errors printed above"
     )
+
+
+# -- tearing a dead session down (spark_supervisor.py replaces it) ------------------------
+STOP_TIMEOUT = 10.0  # waited for an old session's stop() before abandoning it
+
+
+def bounded(fn: Callable[[], Any], timeout: float) -> bool:
+    """Run ``fn`` in a thread for at most ``timeout`` seconds; True if it returned."""
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001 - stopping a dead session fails; that is fine
+            log.debug("stopping the old Spark session: %s", e)
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="spark-stop", daemon=True).start()
+    return done.wait(timeout)
+
+
+def teardown(session: Any, gateway: Any, *, connect: bool) -> None:
+    """Drop a dead (or unresponsive) session without waiting on it, and clear PySpark's
+    process-wide references to it so the next builder starts a new driver."""
+    if connect:
+        bounded(session.stop, STOP_TIMEOUT)
+        with contextlib.suppress(Exception):  # ImportError too: no Connect client, no state
+            from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+            if ConnectSession._default_session is session:
+                ConnectSession._default_session = None
+            active = getattr(ConnectSession._active_session, "session", None)
+            if active is session:
+                ConnectSession._active_session.session = None
+        return
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession, SQLContext
+
+    # Not session.stop(): on a dead gateway it fails half-way, and it clears PySpark's
+    # process-wide session and calls the JVM through the process-wide gateway, which may
+    # already be a new driver's (another supervisor adopting the same session).
+    proc = getattr(gateway, "proc", None)
+    if proc is not None and proc.poll() is None:
+        proc.kill()  # unresponsive rather than dead: nothing would ever answer a stop()
+    sc = session.sparkContext
+    sc._jsc = None  # a later stop() of this context is then a no-op
+    with contextlib.suppress(Exception):
+        if sc._accumulatorServer is not None:
+            sc._accumulatorServer.shutdown()
+            sc._accumulatorServer = None
+    with SparkContext._lock:
+        # Only this session's: another supervisor may have put a new one in place already.
+        if SparkContext._active_spark_context is sc:
+            SparkContext._active_spark_context = None
+        if gateway is not None and SparkContext._gateway is gateway:
+            SparkContext._gateway = None
+            SparkContext._jvm = None
+    if SparkSession._instantiatedSession is session:
+        SparkSession._instantiatedSession = None
+    if SparkSession._activeSession is session:
+        SparkSession._activeSession = None
+    with contextlib.suppress(Exception):
+        if SQLContext._instantiatedContext is not None and (
+            SQLContext._instantiatedContext.sparkSession is session
+        ):
+            SQLContext._instantiatedContext = None
+    if gateway is not None:
+        with contextlib.suppress(Exception):
+            gateway.close()  # its sockets to the dead JVM
+    if proc is not None:
+        with contextlib.suppress(Exception):
+            proc.wait(timeout=STOP_TIMEOUT)

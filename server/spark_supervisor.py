@@ -37,7 +37,13 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from partialflow.server.errors import PartialflowError, Unavailable
-from partialflow.server.spark import is_connect, spark_session
+from partialflow.server.spark import (
+    STOP_TIMEOUT,
+    bounded,
+    is_connect,
+    spark_session,
+    teardown,
+)
 
 log = logging.getLogger("partialflow.spark")
 
@@ -51,7 +57,6 @@ PING_TIMEOUT = 30.0
 # answer is not declared dead here (only the watchdog's longer PING_TIMEOUT does that):
 # the request is told to retry, and Spark is left alone.
 PROBE_TIMEOUT = 5.0
-STOP_TIMEOUT = 10.0  # waited for the old session's stop() before abandoning it
 RESTART_BACKOFF = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0)  # seconds before each further attempt
 
 
@@ -323,14 +328,14 @@ class SparkSupervisor:
                 if self._closed:
                     return
                 old, gateway = self._session, self._gateway
-            _teardown(old, gateway, connect=is_connect(self.master))
+            teardown(old, gateway, connect=is_connect(self.master))
             new = None
             try:
                 new = self._new_session()
                 new.range(1).collect()  # answers a job, not only a handshake
             except Exception as e:  # noqa: BLE001 - retried below
                 if new is not None:  # half alive: the next attempt must not reuse it
-                    _teardown(new, _gateway_of(new), connect=is_connect(self.master))
+                    teardown(new, _gateway_of(new), connect=is_connect(self.master))
                 delay = self.backoff[min(attempt, len(self.backoff) - 1)]
                 attempt += 1
                 with self._cv:
@@ -391,7 +396,7 @@ class SparkSupervisor:
         self.close()
         with self._cv:
             session = self._session
-        _bounded(session.stop, STOP_TIMEOUT)
+        bounded(session.stop, STOP_TIMEOUT)
 
 
 def _stopped(session: Any) -> bool:
@@ -410,75 +415,6 @@ def _gateway_of(session: Any) -> Any:
         return session.sparkContext._gateway
     except Exception:  # noqa: BLE001 - Spark Connect has no SparkContext
         return None
-
-
-def _bounded(fn: Callable[[], Any], timeout: float) -> bool:
-    """Run ``fn`` in a thread for at most ``timeout`` seconds; True if it returned."""
-    done = threading.Event()
-
-    def run() -> None:
-        try:
-            fn()
-        except Exception as e:  # noqa: BLE001 - stopping a dead session fails; that is fine
-            log.debug("stopping the old Spark session: %s", _first_line(e))
-        finally:
-            done.set()
-
-    threading.Thread(target=run, name="spark-stop", daemon=True).start()
-    return done.wait(timeout)
-
-
-def _teardown(session: Any, gateway: Any, *, connect: bool) -> None:
-    """Drop a dead (or unresponsive) session without waiting on it, and clear PySpark's
-    process-wide references to it so the next builder starts a new driver."""
-    if connect:
-        _bounded(session.stop, STOP_TIMEOUT)
-        with contextlib.suppress(Exception):  # ImportError too: no Connect client, no state
-            from pyspark.sql.connect.session import SparkSession as ConnectSession
-
-            if ConnectSession._default_session is session:
-                ConnectSession._default_session = None
-            active = getattr(ConnectSession._active_session, "session", None)
-            if active is session:
-                ConnectSession._active_session.session = None
-        return
-    from pyspark import SparkContext
-    from pyspark.sql import SparkSession, SQLContext
-
-    # Not session.stop(): on a dead gateway it fails half-way, and it clears PySpark's
-    # process-wide session and calls the JVM through the process-wide gateway, which may
-    # already be a new driver's (another supervisor adopting the same session).
-    proc = getattr(gateway, "proc", None)
-    if proc is not None and proc.poll() is None:
-        proc.kill()  # unresponsive rather than dead: nothing would ever answer a stop()
-    sc = session.sparkContext
-    sc._jsc = None  # a later stop() of this context is then a no-op
-    with contextlib.suppress(Exception):
-        if sc._accumulatorServer is not None:
-            sc._accumulatorServer.shutdown()
-            sc._accumulatorServer = None
-    with SparkContext._lock:
-        # Only this session's: another supervisor may have put a new one in place already.
-        if SparkContext._active_spark_context is sc:
-            SparkContext._active_spark_context = None
-        if gateway is not None and SparkContext._gateway is gateway:
-            SparkContext._gateway = None
-            SparkContext._jvm = None
-    if SparkSession._instantiatedSession is session:
-        SparkSession._instantiatedSession = None
-    if SparkSession._activeSession is session:
-        SparkSession._activeSession = None
-    with contextlib.suppress(Exception):
-        if SQLContext._instantiatedContext is not None and (
-            SQLContext._instantiatedContext.sparkSession is session
-        ):
-            SQLContext._instantiatedContext = None
-    if gateway is not None:
-        with contextlib.suppress(Exception):
-            gateway.close()  # its sockets to the dead JVM
-    if proc is not None:
-        with contextlib.suppress(Exception):
-            proc.wait(timeout=STOP_TIMEOUT)
 
 
 def supervised(spark: Any, master: str, conf: Sequence[tuple[str, str]]) -> SparkSupervisor:
