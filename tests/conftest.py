@@ -1,4 +1,6 @@
-"""Shared fixtures: one small session-scoped local Spark for the whole test run."""
+"""Shared fixtures: one small session-scoped local Spark for the whole test run (per
+worker process when the suite runs under pytest-xdist, see scripts/test.sh), and the
+run summary lines of the fuzz tests."""
 
 from __future__ import annotations
 
@@ -7,6 +9,28 @@ import itertools
 import pytest
 
 _ids = itertools.count()
+
+#: ``request.node.user_properties`` entries named this, ``(title, line)``, are printed
+#: in the run's closing summary (what a fuzz test covered). They travel with the test's
+#: report, so they reach the summary from an xdist worker too, where config attributes
+#: set in the worker would not.
+SUMMARY = "partialflow_summary"
+_summaries: list[tuple[str, str]] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when != "call":
+        return
+    for name, value in report.user_properties:
+        if name == SUMMARY:
+            title, line = value
+            _summaries.append((title, line))
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    for title, line in _summaries:
+        terminalreporter.write_sep("-", title)
+        terminalreporter.write_line(line)
 
 
 @pytest.fixture

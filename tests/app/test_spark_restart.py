@@ -238,7 +238,11 @@ def test_spark_driver_killed_then_replaced(tmp_path):
                     break
                 time.sleep(0.2)
             phases["query_compact"] = round(time.monotonic() - t0, 1)
-        assert health_status(server.address, SERVICE) == health_pb2.HealthCheckResponse.SERVING
+        # stats() says up as soon as the new session is in place; the health service is
+        # told just after (its listener runs once the restart callbacks have): wait for it.
+        while health_status(server.address, SERVICE) != health_pb2.HealthCheckResponse.SERVING:
+            assert time.monotonic() - killed < RECOVERY_BOUND, "health never SERVING again"
+            time.sleep(0.2)
         new_jvms = _java_children(server.proc.pid)
         assert new_jvms and jvm not in new_jvms
         time.sleep(1.0)  # some traffic on the new Spark too

@@ -6,6 +6,8 @@ bad input refused; pinning and the memory limit."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import random
 import threading
 import time
@@ -363,22 +365,41 @@ def test_pinned_keys_and_the_memory_limit(spark, tmp_path):
         assert next(c.subscribe("ms", [3])).rows == {(3,): [(3, 3)]}
 
 
-def test_watch_prints_changes(server, uniq, capsys):
+class _Printed(io.StringIO):
+    """stdout for a command run in this thread: tells another thread when ``text`` was
+    printed."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text, self.seen = text, threading.Event()
+
+    def write(self, s: str) -> int:
+        n = super().write(s)
+        if self.text in self.getvalue():
+            self.seen.set()
+        return n
+
+
+def test_watch_prints_changes(server, uniq):
     t, v = f"{uniq}w", f"{uniq}w_v"
+    printed = _Printed("key=[9]")  # the snapshot's last line
     with server.client() as c:
         c.execute(f"CREATE TABLE {t} (k BIGINT, x BIGINT)")
         c.insert(t, [(1, 1)])
         c.execute(f"CREATE VIEW {v} AS SELECT k, x FROM {t} WHERE k = ?")
 
         def write_later() -> None:
-            time.sleep(1.0)
-            c.insert(t, [(1, 2)])
+            # Once the snapshot is out (a write before it would be in the snapshot, not a
+            # change: a fixed sleep raced with watch's start on a loaded machine).
+            if printed.seen.wait(120):
+                c.insert(t, [(1, 2)])
 
         th = threading.Thread(target=write_later)
         th.start()
-        code = cli_main(["watch", "--server", server.address, "--count", "2", v, "1", "9"])
+        with contextlib.redirect_stdout(printed):
+            code = cli_main(["watch", "--server", server.address, "--count", "2", v, "1", "9"])
         th.join()
-    out = capsys.readouterr().out.splitlines()
+    out = printed.getvalue().splitlines()
     assert code == 0
     assert "snapshot key=[1] rows=[[1, 1]]" in out[0] and "key=[9] rows=[]" in out[1]
     assert "change key=[1] +[[1, 2]] -[]" in out[2]

@@ -29,10 +29,3 @@ def pg_env(pg_port) -> dict[str, str]:
 def pg_dsn(pg_port) -> str:
     return f"host=127.0.0.1 port={pg_port} user=tester dbname=partialflow connect_timeout=10"
 
-
-def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    """The protocol fuzz test's count of messages, in every run's summary."""
-    line = getattr(config, "partialflow_pg_fuzz_report", None)
-    if line:
-        terminalreporter.write_sep("-", "postgres protocol fuzz")
-        terminalreporter.write_line(line)
