@@ -11,7 +11,7 @@ scripts/bootstrap.sh || exit 1
 # mypy and import-linter read it through this link tree (build/ is git-ignored).
 TREE=build/typecheck/partialflow
 mkdir -p "$TREE"
-for d in server operators proto client; do
+for d in server operators proto client testing; do
     ln -sfn "../../../$d" "$TREE/$d"
 done
 

@@ -98,6 +98,8 @@ def benchmarks() -> str:
 #: What each layer of the import contract does (a layer the contract gains shows without
 #: one until it is described here).
 LAYER_JOBS = {
+    "partialflow.testing": "the test and benchmark harness: a server in the test's own "
+    "process on its Spark session, with connected clients",
     "partialflow.client": "the Python client, the `partialflow` command, `partialflow stress`",
     "partialflow.server.app": "gRPC server assembly: requests in, typed answers out; health, "
     "reflection, TLS, token, metrics, logs, test hooks",
@@ -124,7 +126,8 @@ LAYER_JOBS = {
     "partialflow.server.config": "the server's options and their defaults",
 }
 _PACKAGE_DIRS = {"partialflow.server": "server", "partialflow.client": "client",
-                 "partialflow.operators": "operators", "partialflow.proto": "proto"}
+                 "partialflow.operators": "operators", "partialflow.proto": "proto",
+                 "partialflow.testing": "testing"}
 
 
 def _where(module: str) -> tuple[str, list[str]]:

@@ -25,7 +25,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from partialflow.client import Client
-from partialflow.server.app.inprocess import InProcessServer
+from partialflow.testing.inprocess import InProcessServer
 
 __all__ = ["InProcessServer", "ServerProcess", "health_status", "wait_serving"]
 
