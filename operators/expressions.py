@@ -23,7 +23,7 @@ from sqlglot import exp
 
 from partialflow.operators import scalar as sc
 from partialflow.operators import values as sv
-from partialflow.operators.values import BIGINT, BOOLEAN, DOUBLE, INT, NULL, STRING
+from partialflow.operators.types import BIGINT, BOOLEAN, DOUBLE, INT, NULL, STRING, spark_type
 
 Row = tuple[Any, ...]
 
@@ -78,7 +78,7 @@ def compile_expr(e: exp.Expression, column_types: Sequence[str | None] | None = 
     """
     while isinstance(e, (exp.Alias, exp.Paren)):
         e = e.this
-    types = [sv.normalize_type(t) for t in column_types] if column_types else []
+    types = [spark_type(t) for t in column_types] if column_types else []
     compiler = _Compiler(types)
     node = compiler.compile(e)
     return CompiledExpr(node.fn, e, node.type, frozenset(compiler.used))

@@ -10,10 +10,10 @@ from typing import Any
 
 import sqlglot.expressions as exp
 
-from partialflow.operators.values import COLUMN_TYPES, column_type_names
+from partialflow.operators.types import column_type_names, normalize_type
 from partialflow.server.errors import InvalidArgument
 from partialflow.server.sql.parse import parse_query, parse_statements
-from partialflow.server.storage import Column, TableSchema, normalize_type
+from partialflow.server.storage import Column, TableSchema
 
 
 def parse_statement(sql: str) -> exp.Expression:
@@ -71,8 +71,8 @@ def simple_name(table: exp.Expression | None, what: str) -> str:
 def _column(node: exp.ColumnDef) -> Column:
     kind = node.args.get("kind")
     # sqlglot names the type by its own enum (INTEGER reads as INT, REAL as FLOAT).
-    type_name = kind.this.name if isinstance(kind, exp.DataType) else None
-    if type_name not in COLUMN_TYPES:
+    column_type = normalize_type(kind.this.name) if isinstance(kind, exp.DataType) else None
+    if column_type is None:
         shown = kind.sql() if kind is not None else "no type"
         raise InvalidArgument(
             f"column {node.name}: unsupported type {shown}; types are {column_type_names()}"
@@ -86,7 +86,7 @@ def _column(node: exp.ColumnDef) -> Column:
                 f"column {node.name}: constraint {constraint.sql()} is not supported "
                 "(only PRIMARY KEY)"
             )
-    return Column(node.name, normalize_type(type_name), primary_key=primary)
+    return Column(node.name, column_type, primary_key=primary)
 
 
 def table_schema(create: exp.Create) -> TableSchema:
