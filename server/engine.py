@@ -30,7 +30,6 @@ from partialflow.server.errors import (
     InvalidArgument,
     NotFound,
     OutOfRange,
-    Unavailable,
 )
 from partialflow.server.spark_supervisor import SparkSupervisor, supervised
 from partialflow.server.sql.refusals import refuse_constructs
@@ -103,11 +102,11 @@ class Engine:
             wal_hold=self.checkpoints.newest_lsn() if self.checkpoints is not None else None,
         )
         self.storage.open()
-        self.dataflow: Any = None
         self.verifier: Verifier | None = None
+        dataflow: Dataflow | None = None
         try:
             self.loader = BulkLoader(self.storage, spark, config.data_dir)
-            self.dataflow = Dataflow(
+            dataflow = Dataflow(
                 self.storage,
                 SparkUpqueryRunner(spark, self.storage),
                 memory_limit=config.memory_limit,
@@ -116,7 +115,8 @@ class Engine:
                 checkpoint_interval=config.checkpoint_interval,
                 index_prefetch=config.index_prefetch,
             )
-            self.dataflow.start()
+            dataflow.start()
+            self.dataflow = dataflow
             self._recluster()  # the recovered views choose how segments are clustered
             self.verifier = attach_verifier(
                 self.storage,
@@ -125,8 +125,8 @@ class Engine:
                 max_per_second=config.verify_max_per_second,
             )
         except BaseException:
-            if self.dataflow is not None:
-                self.dataflow.close()
+            if dataflow is not None:
+                dataflow.close()
             elif self.checkpoints is not None:
                 self.checkpoints.close()
             self.storage.close()
@@ -146,21 +146,14 @@ class Engine:
         try:
             if self.verifier is not None:
                 self.verifier.close()
-            if self.dataflow is not None:
-                self.dataflow.close()
+            self.dataflow.close()
         finally:
             self.storage.close()
 
     def _recluster(self) -> None:
         """Tell storage which columns to cluster each table's segments by: those the live
         views' misses filter on (plain data: storage must not know the dataflow)."""
-        if self.dataflow is not None:
-            self.storage.set_clustering(self.dataflow.clustering())
-
-    def _views(self) -> Any:
-        if self.dataflow is None:
-            raise Unavailable("views are not available in this build")
-        return self.dataflow
+        self.storage.set_clustering(self.dataflow.clustering())
 
     # -- statements -------------------------------------------------------------------
 
@@ -194,7 +187,7 @@ class Engine:
             query = target.args.get("expression")
             if not isinstance(query, exp.Query):
                 raise InvalidArgument(f"EXPLAIN CREATE VIEW {name}: expected AS SELECT ...")
-            text = self._views().explain_create(name, query.sql())
+            text = self.dataflow.explain_create(name, query.sql())
         elif isinstance(target, exp.Column) and not target.table:
             text, _ = self.explain(target.name)
         else:
@@ -229,7 +222,7 @@ class Engine:
         # sees the query printed again by sqlglot).
         refuse_constructs(query, sql)
         try:
-            self._views().create_view(name, query.sql())
+            self.dataflow.create_view(name, query.sql())
         except AlreadyExists:
             if not node.args.get("exists"):
                 raise
@@ -247,11 +240,10 @@ class Engine:
         name = simple_name(tables[0], f"DROP {kind}")
         try:
             if kind == "VIEW":
-                self._views().drop_view(name)
+                self.dataflow.drop_view(name)
                 self._recluster()
             else:
-                if self.dataflow is not None:
-                    self.dataflow.check_drop_table(name)
+                self.dataflow.check_drop_table(name)
                 self.storage.drop_table(name)
                 # A table made again under this name starts empty: its files may load again.
                 self.loader.forget_table(name)
@@ -403,7 +395,7 @@ class Engine:
                 )
         limit = self.config.upquery_timeout
         timeout = limit if timeout is None else max(0.0, min(timeout, limit))
-        return self._views().lookup(view, keys, min_lsn=min_lsn, timeout=timeout)
+        return self.dataflow.lookup(view, keys, min_lsn=min_lsn, timeout=timeout)
 
     def subscribe(self, view: str, keys: list[tuple], *, from_lsn: int | None = None,
                   max_buffered: int | None = None) -> Any:
@@ -417,20 +409,19 @@ class Engine:
             if from_lsn > last:
                 raise OutOfRange(
                     f"from_lsn {from_lsn} is beyond the last acknowledged write (LSN {last})")
-        return self._views().subscribe(view, keys, from_lsn=from_lsn, max_buffered=max_buffered)
+        return self.dataflow.subscribe(view, keys, from_lsn=from_lsn, max_buffered=max_buffered)
 
     def unsubscribe(self, sub: Any) -> None:
-        self._views().unsubscribe(sub)
+        self.dataflow.unsubscribe(sub)
 
     def view_schema(self, view: str) -> dict[str, Any]:
         """A view's name, SQL, visible columns and parameters, for front ends that must type
         them (the PostgreSQL protocol): ``keys`` holds, per ``?`` parameter in order, the
         view's column it keys (its name in the plan), the base column it compares and that
         column's type (None when computed). NotFound for an unknown view."""
-        views = self._views()
-        reader = views._reader(view)
+        reader = self.dataflow.reader(view)
         plan = reader.plan
-        params = views._params.get(reader.name) or [None] * len(plan.key)
+        params = self.dataflow.params(view)
         keys = [(plan.root.columns[c], p.name if p else None, p.type if p else None)
                 for c, p in zip(plan.key, params, strict=False)]
         return {"name": reader.name, "sql": reader.sql, "columns": list(plan.columns),
@@ -438,11 +429,11 @@ class Engine:
 
     def evict(self, view: str, key: tuple | None) -> int:
         """Evict ``key`` of ``view`` (or keys of the dataflow's choosing); returns the count."""
-        return self._views().evict(view, key)
+        return self.dataflow.evict(view, key)
 
     def explain(self, view: str) -> tuple[str, str]:
         """The view's dataflow graph as (text tree, Graphviz DOT)."""
-        return self._views().explain(view)
+        return self.dataflow.explain(view)
 
     # -- administration ---------------------------------------------------------------
 
@@ -453,7 +444,7 @@ class Engine:
 
     def checkpoint(self, timeout: float = 600.0) -> dict:
         """Take a dataflow checkpoint now; returns its seq, LSN, kind, bytes, duration."""
-        return self._views().checkpoint(timeout)
+        return self.dataflow.checkpoint(timeout)
 
     def compact(self, table: str | None = None) -> dict:
         """Compact one table (or all); returns storage's report."""
@@ -464,8 +455,7 @@ class Engine:
         ``memory_limit``, ``storage``, ``writes`` (writes, rows, bulk loads) and ``spark``
         (up or down since when, restarts: ``SparkSupervisor.stats``)."""
         result: dict[str, Any] = {"views": {}}
-        if self.dataflow is not None:
-            result.update(self.dataflow.stats())
+        result.update(self.dataflow.stats())
         # ``lsn`` is the last durable write; ``applied_lsn`` how far the views have got.
         result["applied_lsn"] = result.get("lsn", self.storage.last_lsn)
         result["lsn"] = self.storage.last_lsn

@@ -296,6 +296,11 @@ class Dataflow:
                 f"table {table!r} is used by view(s) {', '.join(users)}; drop those first"
             )
 
+    def params(self, view: str) -> list[Param | None]:
+        """Per ``?`` parameter of ``view``, the base column it compares (None: computed)."""
+        reader = self.reader(view)
+        return self._params.get(reader.name) or [None] * len(reader.plan.key)
+
     def _table_columns(self, name: str) -> tuple[str, ...] | None:
         try:
             return self.storage.table(name).column_names
@@ -316,7 +321,9 @@ class Dataflow:
         used.add(name)
         return reader.plan
 
-    def _reader(self, view: str) -> Reader:
+    def reader(self, view: str) -> Reader:
+        """The reader of ``view`` (any case): its plan, its state, its nodes. NotFound
+        naming the views there are when there is none."""
         reader = self.graph.readers.get(view.lower())
         if reader is None:
             known = ", ".join(sorted(self.graph.readers)) or "none"
@@ -333,7 +340,7 @@ class Dataflow:
     def _checked(self, view: str, keys: list[Any]) -> tuple[Reader, list[Row]]:
         """The view's reader and its keys, each checked against the view's parameters.
         Among several keys, an error names the bad one by its position."""
-        reader = self._reader(view)
+        reader = self.reader(view)
         params = self._params.get(reader.name)
         if len(keys) == 1:
             return reader, [check_key(reader, keys[0], params)]
@@ -404,7 +411,7 @@ class Dataflow:
         unless the server runs with PARTIALFLOW_TEST_HOOKS=1."""
         if os.environ.get("PARTIALFLOW_TEST_HOOKS") != "1":
             raise FailedPrecondition("test hooks are disabled (set PARTIALFLOW_TEST_HOOKS=1)")
-        reader = self._reader(view)
+        reader = self.reader(view)
         k = check_key(reader, key)
         st = reader.state
 
@@ -422,7 +429,7 @@ class Dataflow:
 
     # -- eviction and memory -----------------------------------------------------------
     def evict(self, view: str, key: tuple | None) -> int:
-        reader = self._reader(view)
+        reader = self.reader(view)
         st = reader.state
         ex = self.executor
 
@@ -440,7 +447,7 @@ class Dataflow:
 
     # -- introspection -----------------------------------------------------------------
     def explain(self, view: str) -> tuple[str, str]:
-        reader = self._reader(view)
+        reader = self.reader(view)
         with self.executor.lock:
             return self.graph.explain(reader.name), self.graph.dot(reader.name)
 

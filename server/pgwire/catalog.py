@@ -225,13 +225,12 @@ class Catalog:
         tables = [(ids[ts.name.lower()], ts) for ts in storage.tables()
                   if ts.name.lower() in ids]
         views = []
-        if self.engine.dataflow is not None:
-            for name, sql in storage.views():
-                try:
-                    columns = self.engine.view_schema(name)["columns"]
-                except NotFound:  # dropped meanwhile
-                    continue
-                views.append((name, sql, list(columns)))
+        for name, sql in storage.views():
+            try:
+                columns = self.engine.view_schema(name)["columns"]
+            except NotFound:  # dropped meanwhile
+                continue
+            views.append((name, sql, list(columns)))
         return tables, views
 
     def _user(self) -> str:
