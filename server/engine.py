@@ -1,8 +1,9 @@
 """The engine: what the service calls. Owns storage and the dataflow, and turns SQL
 statements into their calls.
 
-Statements are parsed with sqlglot. DDL maps onto storage (tables) and the dataflow
-(views); a plain SELECT runs on Spark at a snapshot (``query``). Everything the engine
+Statements arrive typed (``statements.parse``) and ``run`` dispatches on their type. DDL
+maps onto storage (tables) and the dataflow's view catalog (views); a plain SELECT runs on
+Spark at a snapshot (``query``). Everything the engine
 refuses raises a ``partialflow.server.errors`` class naming the problem, before anything
 is changed.
 """
@@ -18,8 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import sqlglot.expressions as exp
-
 from partialflow.server.bulk import BulkLoader, Progress
 from partialflow.server.checkpoint import CheckpointStore
 from partialflow.server.config import Config
@@ -32,13 +31,20 @@ from partialflow.server.errors import (
     OutOfRange,
 )
 from partialflow.server.spark_supervisor import SparkSupervisor, supervised
-from partialflow.server.sql.refusals import refuse_constructs
 from partialflow.server.statements import (
-    literal_value,
-    parse_statement,
-    simple_name,
-    statement_kind,
-    table_schema,
+    SUPPORTED,
+    Begin,
+    Commit,
+    CreateTable,
+    CreateView,
+    Drop,
+    ExplainCreate,
+    ExplainView,
+    Insert,
+    Rollback,
+    Select,
+    Statement,
+    parse,
 )
 from partialflow.server.storage import Storage
 from partialflow.server.upquery import SparkUpqueryRunner
@@ -158,88 +164,61 @@ class Engine:
     # -- statements -------------------------------------------------------------------
 
     def execute(self, sql: str) -> ResultSet:
-        """Run one statement (DDL, INSERT ... VALUES or SELECT) and return its result."""
-        node = parse_statement(sql)
-        if isinstance(node, exp.Query):
-            return self.query(sql)
-        if isinstance(node, exp.Create) and node.args.get("kind") == "TABLE":
-            return self._create_table(node)
-        if isinstance(node, exp.Create) and node.args.get("kind") == "VIEW":
-            return self._create_view(node, sql)
-        if isinstance(node, exp.Drop) and node.args.get("kind") in ("TABLE", "VIEW"):
-            return self._drop(node)
-        if isinstance(node, exp.Insert):
-            return self._insert(node)
-        if isinstance(node, exp.Command) and str(node.this).upper() == "EXPLAIN":
-            return self._explain(node)
-        raise InvalidArgument(
-            f"unsupported statement {statement_kind(node)}; expected CREATE TABLE, CREATE VIEW, "
-            "DROP TABLE, DROP VIEW, INSERT ... VALUES, SELECT or EXPLAIN"
-        )
+        """Run one statement (DDL, INSERT ... VALUES, EXPLAIN or SELECT); return its result."""
+        return self.run(parse(sql))
 
-    def _explain(self, node: exp.Command) -> ResultSet:
-        """``EXPLAIN CREATE VIEW v AS ...`` (a dry run) or ``EXPLAIN v`` (an existing view):
-        the dataflow tree, one line per row of a single ``plan`` column."""
-        rest = node.expression.this if isinstance(node.expression, exp.Literal) else ""
-        target = parse_statement(rest) if rest.strip() else None
-        if isinstance(target, exp.Create) and target.args.get("kind") == "VIEW":
-            name = simple_name(target.this, "EXPLAIN CREATE VIEW")
-            query = target.args.get("expression")
-            if not isinstance(query, exp.Query):
-                raise InvalidArgument(f"EXPLAIN CREATE VIEW {name}: expected AS SELECT ...")
-            text = self.dataflow.explain_create(name, query.sql())
-        elif isinstance(target, exp.Column) and not target.table:
-            text, _ = self.explain(target.name)
-        else:
-            raise InvalidArgument(
-                "EXPLAIN takes CREATE VIEW name AS SELECT ... (a dry run) or a view's name"
-            )
+    def run(self, stmt: Statement) -> ResultSet:
+        """Run one typed statement (``statements.parse``)."""
+        match stmt:
+            case Select():
+                return self.query(stmt.sql)
+            case CreateTable():
+                return self._create_table(stmt)
+            case CreateView():
+                return self._create_view(stmt)
+            case Drop():
+                return self._drop(stmt)
+            case Insert():
+                return self._insert(stmt)
+            case ExplainCreate():
+                return self._plan_lines(self.dataflow.explain_create(stmt.name, stmt.query))
+            case ExplainView():
+                return self._plan_lines(self.explain(stmt.name)[0])
+            case Begin() | Commit() | Rollback():
+                raise InvalidArgument(
+                    f"unsupported statement {stmt.kind}; expected {SUPPORTED}"
+                )
+        raise AssertionError(f"no case for {type(stmt).__name__}")  # a new statement type
+
+    def _plan_lines(self, text: str) -> ResultSet:
+        """EXPLAIN's answer: the dataflow tree, one line per row of a single ``plan`` column."""
         lines = text.rstrip("\n").splitlines()
         return ResultSet(["plan"], [(line,) for line in lines], self.storage.last_lsn)
 
     def _done(self) -> ResultSet:
         return ResultSet([], [], self.storage.last_lsn)
 
-    def _create_table(self, node: exp.Create) -> ResultSet:
-        if node.args.get("replace"):
-            raise InvalidArgument("CREATE OR REPLACE TABLE is not supported")
-        schema = table_schema(node)
+    def _create_table(self, stmt: CreateTable) -> ResultSet:
         try:
-            self.storage.create_table(schema)
+            self.storage.create_table(stmt.schema)
         except AlreadyExists:
-            if not node.args.get("exists"):
+            if not stmt.if_not_exists:
                 raise
         return self._done()
 
-    def _create_view(self, node: exp.Create, sql: str) -> ResultSet:
-        if node.args.get("replace"):
-            raise InvalidArgument("CREATE OR REPLACE VIEW is not supported; DROP VIEW first")
-        name = simple_name(node.this, "CREATE VIEW")
-        query = node.args.get("expression")
-        if not isinstance(query, exp.Query):
-            raise InvalidArgument(f"CREATE VIEW {name}: expected AS SELECT ...")
-        # Here, where positions are still those of the user's statement (the planner
-        # sees the query printed again by sqlglot).
-        refuse_constructs(query, sql)
+    def _create_view(self, stmt: CreateView) -> ResultSet:
         try:
-            self.dataflow.create_view(name, query.sql())
+            self.dataflow.create_view(stmt.name, stmt.query)
         except AlreadyExists:
-            if not node.args.get("exists"):
+            if not stmt.if_not_exists:
                 raise
         self._recluster()
         return self._done()
 
-    def _drop(self, node: exp.Drop) -> ResultSet:
-        kind = node.args["kind"]
-        # sqlglot keeps the dropped names under "tables" (older releases: "this").
-        tables = node.args.get("tables") or ([node.this] if node.this is not None else [])
-        if len(tables) != 1:
-            raise InvalidArgument(f"DROP {kind}: drop one {kind.lower()} per statement")
-        if node.args.get("cascade"):
-            raise InvalidArgument(f"DROP {kind} ... CASCADE is not supported")
-        name = simple_name(tables[0], f"DROP {kind}")
+    def _drop(self, stmt: Drop) -> ResultSet:
+        name = stmt.name
         try:
-            if kind == "VIEW":
+            if stmt.kind == "VIEW":
                 self.dataflow.drop_view(name)
                 self._recluster()
             else:
@@ -248,21 +227,15 @@ class Engine:
                 # A table made again under this name starts empty: its files may load again.
                 self.loader.forget_table(name)
         except NotFound:
-            if not node.args.get("exists"):
+            if not stmt.if_exists:
                 raise
         return self._done()
 
-    def _insert(self, node: exp.Insert) -> ResultSet:
-        target = node.this
-        listed = target.expressions if isinstance(target, exp.Schema) else None
-        name = simple_name(target.this if isinstance(target, exp.Schema) else target, "INSERT")
-        values = node.args.get("expression")
-        if not isinstance(values, exp.Values):
-            raise InvalidArgument("INSERT: only INSERT ... VALUES is supported")
-        rows = [tuple(literal_value(v) for v in t.expressions) for t in values.expressions]
-        if listed:
-            rows = self._reorder(name, [c.name for c in listed], rows)
-        return ResultSet([], [], self.write(name, inserts=rows))
+    def _insert(self, stmt: Insert) -> ResultSet:
+        rows = stmt.rows
+        if stmt.columns:
+            rows = self._reorder(stmt.table, stmt.columns, rows)
+        return ResultSet([], [], self.write(stmt.table, inserts=rows))
 
     def _reorder(self, table: str, listed: list[str], rows: list[tuple]) -> list[tuple]:
         """Rows given for a column list, in the table's column order (NULL for the rest)."""
