@@ -108,17 +108,18 @@ LAYER_JOBS = {
     "partialflow.server.bulk": "bulk loads: a file read by Spark, converted, one atomic write",
     "partialflow.server.upquery": "the Spark side: a state's subgraph compiled to one Spark "
     "plan (kept per state and base data, keys bound per fill); fills run on Spark",
-    "partialflow.server.statements": "one statement parsed and named; CREATE TABLE and "
-    "INSERT ... VALUES turned into a schema and values",
+    "partialflow.server.statements": "one statement parsed into a typed statement the "
+    "engine dispatches on (CREATE TABLE's schema, INSERT's values, EXPLAIN's target)",
     "partialflow.server.dataflow": "the ordered executor and partial state: fills, holds, "
-    "evictions, publishing to readers, subscriptions, what a checkpoint captures and how a "
-    "start recovers; imports no pyspark",
+    "evictions, publishing to readers, subscriptions, the view catalog, what a checkpoint "
+    "captures and how a start recovers; imports no pyspark",
     "partialflow.server.checkpoint": "checkpoint files: framing, manifests, the writer "
     "thread, chains, compaction, retention",
     "partialflow.server.storage": "WAL, LSNs, Parquet segments, snapshots, compaction, "
     "recovery (server/storage/README.md)",
     "partialflow.server.verifier": "the background sampler: served reads re-checked on Spark",
-    "partialflow.server.sql": "SQL text to a plan of operators; errors in the user's terms",
+    "partialflow.server.sql": "SQL text to a plan of operators; errors in the user's terms; "
+    "a view's SQL rewritten to answer one key over base tables (the oracle)",
     "partialflow.operators": "pure computation: deltas in, deltas out; expressions and SQL "
     "value rules",
     "partialflow.proto": "the wire contract and its value codec",

@@ -733,7 +733,7 @@ def test_a_bound_watched_lazily_loads_at_the_first_miss() -> None:
     h = _nexmark()
     [st] = [h.ex.evictor.states[sid] for sid in h.ex.bounds.by_state]
     h.ex.bounds.forget(st)
-    h.ex.bounds.watch([st], h.df._column_info, now=False)
+    h.ex.bounds.watch([st], h.df.views.column_info, now=False)
     assert not h.runner.bounds
     h.model.write("bid", inserts=[(300, 1, 5.0)])  # before the load: in its snapshot
     h.model.write("auction", inserts=[(200, 1)])
