@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Lint, types, layering and the docs: ruff check, mypy (server/, operators/,
+# Lint, types, layering and the docs: ruff check, mypy (server/, operators/, client/, testing/,
 # proto/values.py), lint-imports (the import-linter contracts) and mkdocs build --strict
 # (a broken link or a missing page in docs/ fails). Configuration: pyproject.toml, mkdocs.yml.
 # Each step runs even if an earlier one failed; the exit status is non-zero if any failed.

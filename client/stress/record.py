@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 # Errors a read may show while Spark scans fail, hang or crawl: the server's clean answers.
@@ -101,7 +102,7 @@ class Journal:
     def add(
         self,
         *,
-        reads: list[Read] = (),
+        reads: Sequence[Read] = (),
         failure: Failure | None = None,
         call: tuple[float, str, int] | None = None,
     ) -> None:
