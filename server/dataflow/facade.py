@@ -340,11 +340,9 @@ class Dataflow:
                 "views": views,
                 "upquery_ms": ex.stats.upquery_percentiles(),
                 "spark_jobs": self.runner.jobs,
-                # Per-upquery footprint on the base segments (footer estimate), if the
-                # runner measures it (the Spark runner does; test fakes may not).
-                **({"upquery_scan": self.runner.scan_stats()}
-                   if hasattr(self.runner, "scan_stats") else {}),
-                **(self.runner.index_stats() if hasattr(self.runner, "index_stats") else {}),
+                # The runner's own figures (the Spark runner: per-upquery footprint on the
+                # base segments, a footer estimate; index fill batches).
+                **self.runner.stats(),
                 "fills_in_flight": len(ex.fills.active),
                 "state_anomalies": sum(st.anomalies for st in ev.states.values()),
                 **self.subscriptions.stats(),
