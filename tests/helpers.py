@@ -102,7 +102,7 @@ class ServerProcess:
             *self.args,
         ]
         env = dict(os.environ, PYTHONUNBUFFERED="1")
-        log = open(self.log_path, "ab")
+        log = open(self.log_path, "ab")  # noqa: SIM115 (closed once the server has it)
         log.write(f"\n=== {' '.join(cmd)}\n".encode())
         log.flush()
         # A new session makes the server (and its Spark JVM) a process group we can kill.

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+from itertools import pairwise
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -69,7 +70,7 @@ class Stream:
         (or ``end``, the end of the load, if it was still open)."""
         times = [self.opened, *self.events,
                  min(self.closed, end) if self.closed is not None else end]
-        return [(a, b) for a, b in zip(times, times[1:], strict=False) if b > a]
+        return [(a, b) for a, b in pairwise(times) if b > a]
 
 
 @dataclass

@@ -199,8 +199,7 @@ def rewrite(sql: str, tables: Iterable[str], functions: Iterable[str]) -> Rewrit
             # A scalar function in FROM (Grafana's string_to_array(...) s) is a one-row
             # relation whose one column has the alias's name, as in PostgreSQL.
             alias = node.alias or "f"
-            sub = exp.select(exp.alias_(node.this, alias)).subquery(alias)
-            return sub
+            return exp.select(exp.alias_(node.this, alias)).subquery(alias)
         if isinstance(node, exp.Column) and not node.table and not node.this.quoted and \
                 node.name.lower() == "user":
             return exp.Anonymous(this="pf_current_user", expressions=[])  # PostgreSQL's USER

@@ -265,9 +265,8 @@ def coerce_column(ctype: str, vals: list[Any]) -> tuple[list[Any], bool]:
                 return vals, False
             except UnicodeEncodeError:
                 pass
-    elif ctype == "BOOLEAN":
-        if types <= {bool, _NONE}:
-            return vals, False
+    elif ctype == "BOOLEAN" and types <= {bool, _NONE}:
+        return vals, False
     return _coerce_slow(ctype, vals), True
 
 
