@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import threading
 import time
-from itertools import pairwise
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 # Errors a read may show while Spark scans fail, hang or crawl: the server's clean answers.
 CLEAN_ERRORS = ("Unavailable", "DeadlineExceeded")

@@ -273,5 +273,5 @@ def ordered(plan: ViewPlan, rows: list[Row]) -> list[Row]:
     rows.sort(key=lambda r: tuple([(v is not None, v) for v in r]))
     for p, desc in reversed(plan.order):
         i = pos[p]
-        rows.sort(key=lambda r: (r[i] is not None, r[i]), reverse=desc)  # noqa: B023
+        rows.sort(key=lambda r: (r[i] is not None, r[i]), reverse=desc)
     return rows

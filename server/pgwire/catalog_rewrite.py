@@ -204,9 +204,9 @@ def rewrite(sql: str, tables: Iterable[str], functions: Iterable[str]) -> Rewrit
                 node.name.lower() == "user":
             return exp.Anonymous(this="pf_current_user", expressions=[])  # PostgreSQL's USER
         if isinstance(node, exp.Div) and node.args.get("typed") and not any(
-                isinstance(x, exp.Literal) and not x.is_int or isinstance(x, exp.Cast) and
+                (isinstance(x, exp.Literal) and not x.is_int) or (isinstance(x, exp.Cast) and
                 _cast_type(x) in ("float8", "float4", "double precision", "real", "numeric",
-                                  "double", "float", "decimal")
+                                  "double", "float", "decimal"))
                 for x in (node.this, node.expression)):
             # PostgreSQL divides integers to an integer (server_version_num::int / 100).
             return exp.IntDiv(this=node.this, expression=node.expression)

@@ -96,7 +96,7 @@ def _float_text(v: float) -> str:
     if math.isinf(v):
         return "Infinity" if v > 0 else "-Infinity"
     text = repr(v)
-    return text[:-2] if text.endswith(".0") else text
+    return text.removesuffix(".0")
 
 
 def encode(value: Any, oid: int, fmt: int) -> bytes | None:

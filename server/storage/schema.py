@@ -242,7 +242,7 @@ def coerce_column(ctype: str, vals: list[Any]) -> tuple[list[Any], bool]:
     if ctype == "BIGINT":
         if types <= {int, _NONE}:
             nn = vals if _NONE not in types else [v for v in vals if v is not None]
-            if not nn or (_INT64_MIN <= min(nn) and max(nn) <= _INT64_MAX):
+            if not nn or (min(nn) >= _INT64_MIN and max(nn) <= _INT64_MAX):
                 return vals, False
     elif ctype == "DOUBLE":
         if types <= {float, int}:
