@@ -33,7 +33,7 @@ def start(data: Path, master: str) -> tuple[subprocess.Popen, str]:
     """``partialflow serve`` on ``master``; the process and its address."""
     cmd = [sys.executable, "-m", "partialflow.client.cli", "serve", "--data", str(data),
            "--port", "0", "--spark-master", master, "--checkpoint-interval", "0"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=open(f"{data}.log", "ab"),
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=open(f"{data}.log", "ab"),  # noqa: SIM115
                             text=True, start_new_session=True)
     assert proc.stdout is not None
     for line in proc.stdout:

@@ -22,7 +22,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
-from partialflow.server.app.inprocess import InProcessServer
+from partialflow.testing.inprocess import InProcessServer
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent

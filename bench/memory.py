@@ -211,4 +211,4 @@ def restart(data_dir: Path, pool: LoadPool, *, view: str, n: int, s: float, memo
     return out
 
 
-__all__ = ["materialize_all", "memory_limits", "recompute", "restart", "zipf_reads", "pct"]
+__all__ = ["materialize_all", "memory_limits", "pct", "recompute", "restart", "zipf_reads"]

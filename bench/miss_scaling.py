@@ -347,7 +347,7 @@ def main() -> int:
             if args.build_only:
                 log(f"built: {timings}")
                 return 0
-            elif c.stats()["storage"]["segments"].get("events", 0) > 1 and not args.no_recompact:
+            if c.stats()["storage"]["segments"].get("events", 0) > 1 and not args.no_recompact:
                 # A reused table a live phase wrote to: one sorted segment again first.
                 t0 = time.monotonic()
                 c.compact("events")

@@ -183,7 +183,7 @@ def summary(results: dict) -> str:
     ]
     for sec in results["sections"].values():
         for g in _goals(sec):
-            lines.append(f"{g['text'][:60]:<60}  {str(g.get('value', '')):<14}  "
+            lines.append(f"{g['text'][:60]:<60}  {g.get('value', '')!s:<14}  "
                          f"{'yes' if g['met'] else 'NO'}")
     return "\n".join(lines)
 

@@ -26,8 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import datasets as ds  # noqa: E402
-from common import InProcServer, LoadPool, build_data, drive, ratio  # noqa: E402
+import datasets as ds
+from common import InProcServer, LoadPool, build_data, drive, ratio
 
 
 def build(d: Path, spark: object, products: int, categories: int, visits: int) -> None:

@@ -4,7 +4,7 @@ ResultSet's rows, and the typed Stats and Compact answers as plain dicts."""
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any
@@ -23,7 +23,7 @@ class Result:
     columns: list[str] = field(default_factory=list)
     lsn: int = 0
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[tuple]:
         return iter(self.rows)
 
     def __len__(self) -> int:

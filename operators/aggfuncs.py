@@ -318,7 +318,7 @@ def _merge_inserts(state: Candidates, seen: Counter[Any], n: int, key: Callable[
 
 def make(func: str, col: int | None) -> AggFunc:
     """The function object for an AggSpec."""
-    if func == "MIN" or func == "MAX":
+    if func in ("MIN", "MAX"):
         return Extremum(col, func == "MAX")
     cls = _FUNCS.get(func)
     if cls is None:

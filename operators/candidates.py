@@ -168,6 +168,8 @@ class Candidates:
         return (isinstance(other, Candidates) and self.items == other.items
                 and self.counts == other.counts and self.total == other.total)
 
+    __hash__ = None  # type: ignore[assignment]  # mutable: compared, never a dict key
+
     def __repr__(self) -> str:
         pairs = ", ".join(f"{x!r}×{c}" for x, c in zip(self.items, self.counts, strict=True))
         return f"Candidates([{pairs}], total={self.total})"

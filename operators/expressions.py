@@ -23,7 +23,7 @@ from sqlglot import exp
 
 from partialflow.operators import scalar as sc
 from partialflow.operators import values as sv
-from partialflow.operators.values import BIGINT, BOOLEAN, DOUBLE, INT, NULL, STRING
+from partialflow.operators.types import BIGINT, BOOLEAN, DOUBLE, INT, NULL, STRING, spark_type
 
 Row = tuple[Any, ...]
 
@@ -78,7 +78,7 @@ def compile_expr(e: exp.Expression, column_types: Sequence[str | None] | None = 
     """
     while isinstance(e, (exp.Alias, exp.Paren)):
         e = e.this
-    types = [sv.normalize_type(t) for t in column_types] if column_types else []
+    types = [spark_type(t) for t in column_types] if column_types else []
     compiler = _Compiler(types)
     node = compiler.compile(e)
     return CompiledExpr(node.fn, e, node.type, frozenset(compiler.used))
@@ -399,13 +399,13 @@ _CAST_TARGETS = {
 _HANDLERS: dict[type, Callable[[_Compiler, Any], _Node]] = {
     exp.Column: _Compiler.column, exp.Literal: _Compiler.literal,
     exp.Boolean: _Compiler.boolean, exp.Null: _Compiler.null, exp.Paren: _Compiler.paren,
-    **{t: _Compiler.arith for t in _ARITH},
+    **dict.fromkeys(_ARITH, _Compiler.arith),
     exp.Div: _Compiler.div, exp.Neg: _Compiler.neg, exp.Abs: _Compiler.abs,
-    **{t: _Compiler.compare for t in _COMPARE},
+    **dict.fromkeys(_COMPARE, _Compiler.compare),
     exp.And: _Compiler.and_, exp.Or: _Compiler.or_, exp.Not: _Compiler.not_,
     exp.Is: _Compiler.is_, exp.In: _Compiler.in_, exp.Between: _Compiler.between,
     exp.Like: _Compiler.like, exp.Case: _Compiler.case, exp.Coalesce: _Compiler.coalesce,
-    **{t: _Compiler.string_fn for t in _STRING_FNS},
+    **dict.fromkeys(_STRING_FNS, _Compiler.string_fn),
     exp.DPipe: _Compiler.concat, exp.Cast: _Compiler.cast, exp.TryCast: _Compiler.cast,
     exp.Nullif: _Compiler.nullif, exp.Round: _Compiler.round_,
     exp.Substring: _Compiler.substring,

@@ -4,7 +4,8 @@ Spark is the reference: upquery replies are computed by Spark and incremental up
 Python, so every conversion and implicit cast the two can both perform must agree. This
 module holds the value-level rules (casts, integer wrap-around, Java's number printing,
 LIKE patterns, implicit casts between strings and numbers); ``operators/expressions.py``
-composes them into expressions. Types are named by Spark's simple type names.
+composes them into expressions. Types are named by Spark's simple type names
+(``operators/types.py``).
 """
 
 from __future__ import annotations
@@ -15,22 +16,7 @@ from decimal import Decimal
 from functools import lru_cache
 from typing import Any
 
-INT, BIGINT, DOUBLE, STRING, BOOLEAN, NULL = "int", "bigint", "double", "string", "boolean", "null"
-
-# The one table of column type names: every spelling CREATE TABLE accepts (any case, as
-# sqlglot or a user writes it) -> the storage type of the column. Storage, the engine's
-# DDL and error messages all read it.
-COLUMN_TYPES: dict[str, str] = {
-    "BIGINT": "BIGINT", "INT": "BIGINT", "INTEGER": "BIGINT", "LONG": "BIGINT",
-    "DOUBLE": "DOUBLE", "FLOAT": "DOUBLE", "REAL": "DOUBLE",
-    "TEXT": "TEXT", "VARCHAR": "TEXT", "STRING": "TEXT",
-    "BOOLEAN": "BOOLEAN", "BOOL": "BOOLEAN",
-}
-# A storage type as the expression compiler names it (Spark's simple type names).
-STORAGE_TO_SPARK: dict[str, str] = {
-    "BIGINT": BIGINT, "DOUBLE": DOUBLE, "TEXT": STRING, "BOOLEAN": BOOLEAN,
-}
-
+from partialflow.operators.types import BIGINT, BOOLEAN, DOUBLE, INT, NULL, STRING
 
 # The one NaN object rows carry. Python compares floats in a tuple by identity first, then
 # by value, and NaN != NaN: two NaN objects make two different rows, so a row holding a
@@ -56,29 +42,10 @@ def canonical_values(values: list) -> list:
     return values
 
 
-def column_type_names() -> str:
-    """The accepted spellings grouped by storage type, for error messages."""
-    groups: dict[str, list[str]] = {}
-    for name, storage in COLUMN_TYPES.items():
-        groups.setdefault(storage, []).append(name)
-    return ", ".join("/".join(names) for names in groups.values())
-
-
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
-_TYPE_ALIASES = {
-    "int": INT, "integer": INT, "bigint": BIGINT, "long": BIGINT,
-    "double": DOUBLE, "float": DOUBLE, "real": DOUBLE,
-    "string": STRING, "text": STRING, "varchar": STRING,
-    "boolean": BOOLEAN, "bool": BOOLEAN, "null": NULL, "void": NULL,
-}
 _NUMERIC_RANK = {INT: 0, BIGINT: 1, DOUBLE: 2}
-
-
-def normalize_type(name: str | None) -> str | None:
-    """A column type name (SQL or Spark spelling) as one of this module's type names."""
-    return None if name is None else _TYPE_ALIASES.get(name.lower())
 
 
 def arith_type(a: str | None, b: str | None) -> str | None:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Lint, types, layering and the docs: ruff check, mypy (server/, operators/,
+# Lint, types, layering and the docs: ruff check, mypy (server/, operators/, client/, testing/,
 # proto/values.py), lint-imports (the import-linter contracts) and mkdocs build --strict
 # (a broken link or a missing page in docs/ fails). Configuration: pyproject.toml, mkdocs.yml.
 # Each step runs even if an earlier one failed; the exit status is non-zero if any failed.
@@ -11,7 +11,7 @@ scripts/bootstrap.sh || exit 1
 # mypy and import-linter read it through this link tree (build/ is git-ignored).
 TREE=build/typecheck/partialflow
 mkdir -p "$TREE"
-for d in server operators proto client; do
+for d in server operators proto client testing; do
     ln -sfn "../../../$d" "$TREE/$d"
 done
 

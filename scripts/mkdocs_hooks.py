@@ -11,7 +11,7 @@ build time (so the site cannot drift from the code; on GitHub the marker is invi
   results.json) as bench/report.py renders it, with where each section was measured;
 - ``<!-- generated: node-guide -->``: the Node.js client's guide, examples/node/README.md;
 - ``<!-- generated: layers -->``: the layers of the import contract in pyproject.toml,
-  with the modules each holds;
+  with the modules each holds, and the other import contracts;
 - ``<!-- generated: storage-readme -->``: server/storage/README.md, the storage layer's
   own description.
 
@@ -98,25 +98,34 @@ def benchmarks() -> str:
 #: What each layer of the import contract does (a layer the contract gains shows without
 #: one until it is described here).
 LAYER_JOBS = {
+    "partialflow.testing": "the test and benchmark harness: a server in the test's own "
+    "process on its Spark session, with connected clients",
     "partialflow.client": "the Python client, the `partialflow` command, `partialflow stress`",
     "partialflow.server.app": "gRPC server assembly: requests in, typed answers out; health, "
     "reflection, TLS, token, metrics, logs, test hooks",
+    "partialflow.server.pgwire": "the PostgreSQL protocol front end: sessions, simple and "
+    "extended queries, an emulated pg_catalog, SUBSCRIBE, SCRAM and TLS",
     "partialflow.server.engine": "statements to calls: DDL to storage and dataflow, writes, "
     "loads, snapshot queries",
     "partialflow.server.bulk": "bulk loads: a file read by Spark, converted, one atomic write",
     "partialflow.server.upquery": "the Spark side: a state's subgraph compiled to one Spark "
     "plan (kept per state and base data, keys bound per fill); fills run on Spark",
-    "partialflow.server.statements": "one statement parsed and named; CREATE TABLE and "
-    "INSERT ... VALUES turned into a schema and values",
+    "partialflow.server.statements": "one statement parsed into a typed statement the "
+    "engine dispatches on (CREATE TABLE's schema, INSERT's values, EXPLAIN's target)",
     "partialflow.server.dataflow": "the ordered executor and partial state: fills, holds, "
-    "evictions, publishing to readers, subscriptions, what a checkpoint captures and how a "
-    "start recovers; imports no pyspark",
+    "evictions, publishing to readers, subscriptions, the view catalog, what a checkpoint "
+    "captures and how a start recovers; imports no pyspark",
     "partialflow.server.checkpoint": "checkpoint files: framing, manifests, the writer "
     "thread, chains, compaction, retention",
     "partialflow.server.storage": "WAL, LSNs, Parquet segments, snapshots, compaction, "
     "recovery (server/storage/README.md)",
     "partialflow.server.verifier": "the background sampler: served reads re-checked on Spark",
-    "partialflow.server.sql": "SQL text to a plan of operators; errors in the user's terms",
+    "partialflow.server.sql": "SQL text to a plan of operators; errors in the user's terms; "
+    "a view's SQL rewritten to answer one key over base tables (the oracle)",
+    "partialflow.server.spark_supervisor": "the Spark session behind a supervisor: a dead "
+    "driver is replaced with the same settings; what a lost session looks like to callers",
+    "partialflow.server.spark": "starting a Spark session (local, standalone or Spark "
+    "Connect) with the SQL settings the dataflow's value rules assume",
     "partialflow.operators": "pure computation: deltas in, deltas out; expressions and SQL "
     "value rules",
     "partialflow.proto": "the wire contract and its value codec",
@@ -124,7 +133,8 @@ LAYER_JOBS = {
     "partialflow.server.config": "the server's options and their defaults",
 }
 _PACKAGE_DIRS = {"partialflow.server": "server", "partialflow.client": "client",
-                 "partialflow.operators": "operators", "partialflow.proto": "proto"}
+                 "partialflow.operators": "operators", "partialflow.proto": "proto",
+                 "partialflow.testing": "testing"}
 
 
 def _where(module: str) -> tuple[str, list[str]]:
@@ -136,6 +146,10 @@ def _where(module: str) -> tuple[str, list[str]]:
             if path.is_dir():
                 names = sorted(p.stem for p in path.glob("*.py")
                                if p.stem != "__init__" and not p.stem.endswith("_pb2"))
+                # A subpackage shows as one entry (``stress/``), its modules after it.
+                for sub in sorted(p for p in path.iterdir() if (p / "__init__.py").exists()):
+                    names += [f"{sub.name}/"] + sorted(
+                        f"{sub.name}/{p.stem}" for p in sub.glob("*.py") if p.stem != "__init__")
                 return rel + "/", names
             return rel + ".py", []
     return module, []
@@ -160,7 +174,16 @@ def layers() -> str:
     exceptions = contract.get("ignore_imports", [])
     if exceptions:
         lines += ["", "Allowed exceptions: " + "; ".join(f"`{e}`" for e in exceptions) + "."]
+    others = [c for c in config["contracts"] if c is not contract]
+    if others:
+        lines += ["", f"{len(others)} more contracts hold:", ""]
+        lines += [f"- {c['name']}" + _excused(c) for c in others]
     return "\n".join(lines)
+
+
+def _excused(contract: dict[str, Any]) -> str:
+    ignored = contract.get("ignore_imports", [])
+    return f" (except {', '.join(f'`{i}`' for i in ignored)})" if ignored else ""
 
 
 def node_guide() -> str:

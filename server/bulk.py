@@ -163,8 +163,8 @@ def fingerprint(spark: Any, table: str, path: str) -> Fingerprint:
 def _spark_message(err: BaseException) -> str:
     """The useful first line of a Spark/py4j error."""
     text = str(getattr(err, "desc", None) or err).strip()
-    for line in text.splitlines():
-        line = line.strip()
+    for raw in text.splitlines():
+        line = raw.strip()
         if line and not line.startswith(("at ", "JVM stacktrace")):
             return line[:500]
     return type(err).__name__

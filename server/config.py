@@ -436,7 +436,7 @@ def resolve_config(given: Mapping[str, Any], environ: Mapping[str, str] | None =
     return Config(**values)
 
 
-_FIELDS = {f for f in Config.__dataclass_fields__}
+_FIELDS = set(Config.__dataclass_fields__)
 
 
 def _token(source: Mapping[str, Any], both: str) -> str | None:

@@ -1,8 +1,9 @@
 """The engine: what the service calls. Owns storage and the dataflow, and turns SQL
 statements into their calls.
 
-Statements are parsed with sqlglot. DDL maps onto storage (tables) and the dataflow
-(views); a plain SELECT runs on Spark at a snapshot (``query``). Everything the engine
+Statements arrive typed (``statements.parse``) and ``run`` dispatches on their type. DDL
+maps onto storage (tables) and the dataflow's view catalog (views); a plain SELECT runs on
+Spark at a snapshot (``query``). Everything the engine
 refuses raises a ``partialflow.server.errors`` class naming the problem, before anything
 is changed.
 """
@@ -18,8 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import sqlglot.expressions as exp
-
 from partialflow.server.bulk import BulkLoader, Progress
 from partialflow.server.checkpoint import CheckpointStore
 from partialflow.server.config import Config
@@ -30,16 +29,22 @@ from partialflow.server.errors import (
     InvalidArgument,
     NotFound,
     OutOfRange,
-    Unavailable,
 )
 from partialflow.server.spark_supervisor import SparkSupervisor, supervised
-from partialflow.server.sql.refusals import refuse_constructs
 from partialflow.server.statements import (
-    literal_value,
-    parse_statement,
-    simple_name,
-    statement_kind,
-    table_schema,
+    SUPPORTED,
+    Begin,
+    Commit,
+    CreateTable,
+    CreateView,
+    Drop,
+    ExplainCreate,
+    ExplainView,
+    Insert,
+    Rollback,
+    Select,
+    Statement,
+    parse,
 )
 from partialflow.server.storage import Storage
 from partialflow.server.upquery import SparkUpqueryRunner
@@ -103,11 +108,11 @@ class Engine:
             wal_hold=self.checkpoints.newest_lsn() if self.checkpoints is not None else None,
         )
         self.storage.open()
-        self.dataflow: Any = None
         self.verifier: Verifier | None = None
+        dataflow: Dataflow | None = None
         try:
             self.loader = BulkLoader(self.storage, spark, config.data_dir)
-            self.dataflow = Dataflow(
+            dataflow = Dataflow(
                 self.storage,
                 SparkUpqueryRunner(spark, self.storage),
                 memory_limit=config.memory_limit,
@@ -116,7 +121,8 @@ class Engine:
                 checkpoint_interval=config.checkpoint_interval,
                 index_prefetch=config.index_prefetch,
             )
-            self.dataflow.start()
+            dataflow.start()
+            self.dataflow = dataflow
             self._recluster()  # the recovered views choose how segments are clustered
             self.verifier = attach_verifier(
                 self.storage,
@@ -125,8 +131,8 @@ class Engine:
                 max_per_second=config.verify_max_per_second,
             )
         except BaseException:
-            if self.dataflow is not None:
-                self.dataflow.close()
+            if dataflow is not None:
+                dataflow.close()
             elif self.checkpoints is not None:
                 self.checkpoints.close()
             self.storage.close()
@@ -146,131 +152,90 @@ class Engine:
         try:
             if self.verifier is not None:
                 self.verifier.close()
-            if self.dataflow is not None:
-                self.dataflow.close()
+            self.dataflow.close()
         finally:
             self.storage.close()
 
     def _recluster(self) -> None:
         """Tell storage which columns to cluster each table's segments by: those the live
         views' misses filter on (plain data: storage must not know the dataflow)."""
-        if self.dataflow is not None:
-            self.storage.set_clustering(self.dataflow.clustering())
-
-    def _views(self) -> Any:
-        if self.dataflow is None:
-            raise Unavailable("views are not available in this build")
-        return self.dataflow
+        self.storage.set_clustering(self.dataflow.clustering())
 
     # -- statements -------------------------------------------------------------------
 
     def execute(self, sql: str) -> ResultSet:
-        """Run one statement (DDL, INSERT ... VALUES or SELECT) and return its result."""
-        node = parse_statement(sql)
-        if isinstance(node, exp.Query):
-            return self.query(sql)
-        if isinstance(node, exp.Create) and node.args.get("kind") == "TABLE":
-            return self._create_table(node)
-        if isinstance(node, exp.Create) and node.args.get("kind") == "VIEW":
-            return self._create_view(node, sql)
-        if isinstance(node, exp.Drop) and node.args.get("kind") in ("TABLE", "VIEW"):
-            return self._drop(node)
-        if isinstance(node, exp.Insert):
-            return self._insert(node)
-        if isinstance(node, exp.Command) and str(node.this).upper() == "EXPLAIN":
-            return self._explain(node)
-        raise InvalidArgument(
-            f"unsupported statement {statement_kind(node)}; expected CREATE TABLE, CREATE VIEW, "
-            "DROP TABLE, DROP VIEW, INSERT ... VALUES, SELECT or EXPLAIN"
-        )
+        """Run one statement (DDL, INSERT ... VALUES, EXPLAIN or SELECT); return its result."""
+        return self.run(parse(sql))
 
-    def _explain(self, node: exp.Command) -> ResultSet:
-        """``EXPLAIN CREATE VIEW v AS ...`` (a dry run) or ``EXPLAIN v`` (an existing view):
-        the dataflow tree, one line per row of a single ``plan`` column."""
-        rest = node.expression.this if isinstance(node.expression, exp.Literal) else ""
-        target = parse_statement(rest) if rest.strip() else None
-        if isinstance(target, exp.Create) and target.args.get("kind") == "VIEW":
-            name = simple_name(target.this, "EXPLAIN CREATE VIEW")
-            query = target.args.get("expression")
-            if not isinstance(query, exp.Query):
-                raise InvalidArgument(f"EXPLAIN CREATE VIEW {name}: expected AS SELECT ...")
-            text = self._views().explain_create(name, query.sql())
-        elif isinstance(target, exp.Column) and not target.table:
-            text, _ = self.explain(target.name)
-        else:
-            raise InvalidArgument(
-                "EXPLAIN takes CREATE VIEW name AS SELECT ... (a dry run) or a view's name"
-            )
+    def run(self, stmt: Statement) -> ResultSet:
+        """Run one typed statement (``statements.parse``)."""
+        match stmt:
+            case Select():
+                return self.query(stmt.sql)
+            case CreateTable():
+                return self._create_table(stmt)
+            case CreateView():
+                return self._create_view(stmt)
+            case Drop():
+                return self._drop(stmt)
+            case Insert():
+                return self._insert(stmt)
+            case ExplainCreate():
+                return self._plan_lines(self.dataflow.explain_create(stmt.name, stmt.query))
+            case ExplainView():
+                return self._plan_lines(self.explain(stmt.name)[0])
+            case Begin() | Commit() | Rollback():
+                raise InvalidArgument(
+                    f"unsupported statement {stmt.kind}; expected {SUPPORTED}"
+                )
+        raise AssertionError(f"no case for {type(stmt).__name__}")  # a new statement type
+
+    def _plan_lines(self, text: str) -> ResultSet:
+        """EXPLAIN's answer: the dataflow tree, one line per row of a single ``plan`` column."""
         lines = text.rstrip("\n").splitlines()
         return ResultSet(["plan"], [(line,) for line in lines], self.storage.last_lsn)
 
     def _done(self) -> ResultSet:
         return ResultSet([], [], self.storage.last_lsn)
 
-    def _create_table(self, node: exp.Create) -> ResultSet:
-        if node.args.get("replace"):
-            raise InvalidArgument("CREATE OR REPLACE TABLE is not supported")
-        schema = table_schema(node)
+    def _create_table(self, stmt: CreateTable) -> ResultSet:
         try:
-            self.storage.create_table(schema)
+            self.storage.create_table(stmt.schema)
         except AlreadyExists:
-            if not node.args.get("exists"):
+            if not stmt.if_not_exists:
                 raise
         return self._done()
 
-    def _create_view(self, node: exp.Create, sql: str) -> ResultSet:
-        if node.args.get("replace"):
-            raise InvalidArgument("CREATE OR REPLACE VIEW is not supported; DROP VIEW first")
-        name = simple_name(node.this, "CREATE VIEW")
-        query = node.args.get("expression")
-        if not isinstance(query, exp.Query):
-            raise InvalidArgument(f"CREATE VIEW {name}: expected AS SELECT ...")
-        # Here, where positions are still those of the user's statement (the planner
-        # sees the query printed again by sqlglot).
-        refuse_constructs(query, sql)
+    def _create_view(self, stmt: CreateView) -> ResultSet:
         try:
-            self._views().create_view(name, query.sql())
+            self.dataflow.create_view(stmt.name, stmt.query)
         except AlreadyExists:
-            if not node.args.get("exists"):
+            if not stmt.if_not_exists:
                 raise
         self._recluster()
         return self._done()
 
-    def _drop(self, node: exp.Drop) -> ResultSet:
-        kind = node.args["kind"]
-        # sqlglot keeps the dropped names under "tables" (older releases: "this").
-        tables = node.args.get("tables") or ([node.this] if node.this is not None else [])
-        if len(tables) != 1:
-            raise InvalidArgument(f"DROP {kind}: drop one {kind.lower()} per statement")
-        if node.args.get("cascade"):
-            raise InvalidArgument(f"DROP {kind} ... CASCADE is not supported")
-        name = simple_name(tables[0], f"DROP {kind}")
+    def _drop(self, stmt: Drop) -> ResultSet:
+        name = stmt.name
         try:
-            if kind == "VIEW":
-                self._views().drop_view(name)
+            if stmt.kind == "VIEW":
+                self.dataflow.drop_view(name)
                 self._recluster()
             else:
-                if self.dataflow is not None:
-                    self.dataflow.check_drop_table(name)
+                self.dataflow.check_drop_table(name)
                 self.storage.drop_table(name)
                 # A table made again under this name starts empty: its files may load again.
                 self.loader.forget_table(name)
         except NotFound:
-            if not node.args.get("exists"):
+            if not stmt.if_exists:
                 raise
         return self._done()
 
-    def _insert(self, node: exp.Insert) -> ResultSet:
-        target = node.this
-        listed = target.expressions if isinstance(target, exp.Schema) else None
-        name = simple_name(target.this if isinstance(target, exp.Schema) else target, "INSERT")
-        values = node.args.get("expression")
-        if not isinstance(values, exp.Values):
-            raise InvalidArgument("INSERT: only INSERT ... VALUES is supported")
-        rows = [tuple(literal_value(v) for v in t.expressions) for t in values.expressions]
-        if listed:
-            rows = self._reorder(name, [c.name for c in listed], rows)
-        return ResultSet([], [], self.write(name, inserts=rows))
+    def _insert(self, stmt: Insert) -> ResultSet:
+        rows = stmt.rows
+        if stmt.columns:
+            rows = self._reorder(stmt.table, stmt.columns, rows)
+        return ResultSet([], [], self.write(stmt.table, inserts=rows))
 
     def _reorder(self, table: str, listed: list[str], rows: list[tuple]) -> list[tuple]:
         """Rows given for a column list, in the table's column order (NULL for the rest)."""
@@ -403,7 +368,7 @@ class Engine:
                 )
         limit = self.config.upquery_timeout
         timeout = limit if timeout is None else max(0.0, min(timeout, limit))
-        return self._views().lookup(view, keys, min_lsn=min_lsn, timeout=timeout)
+        return self.dataflow.lookup(view, keys, min_lsn=min_lsn, timeout=timeout)
 
     def subscribe(self, view: str, keys: list[tuple], *, from_lsn: int | None = None,
                   max_buffered: int | None = None) -> Any:
@@ -417,20 +382,19 @@ class Engine:
             if from_lsn > last:
                 raise OutOfRange(
                     f"from_lsn {from_lsn} is beyond the last acknowledged write (LSN {last})")
-        return self._views().subscribe(view, keys, from_lsn=from_lsn, max_buffered=max_buffered)
+        return self.dataflow.subscribe(view, keys, from_lsn=from_lsn, max_buffered=max_buffered)
 
     def unsubscribe(self, sub: Any) -> None:
-        self._views().unsubscribe(sub)
+        self.dataflow.unsubscribe(sub)
 
     def view_schema(self, view: str) -> dict[str, Any]:
         """A view's name, SQL, visible columns and parameters, for front ends that must type
         them (the PostgreSQL protocol): ``keys`` holds, per ``?`` parameter in order, the
         view's column it keys (its name in the plan), the base column it compares and that
         column's type (None when computed). NotFound for an unknown view."""
-        views = self._views()
-        reader = views._reader(view)
+        reader = self.dataflow.reader(view)
         plan = reader.plan
-        params = views._params.get(reader.name) or [None] * len(plan.key)
+        params = self.dataflow.params(view)
         keys = [(plan.root.columns[c], p.name if p else None, p.type if p else None)
                 for c, p in zip(plan.key, params, strict=False)]
         return {"name": reader.name, "sql": reader.sql, "columns": list(plan.columns),
@@ -438,11 +402,11 @@ class Engine:
 
     def evict(self, view: str, key: tuple | None) -> int:
         """Evict ``key`` of ``view`` (or keys of the dataflow's choosing); returns the count."""
-        return self._views().evict(view, key)
+        return self.dataflow.evict(view, key)
 
     def explain(self, view: str) -> tuple[str, str]:
         """The view's dataflow graph as (text tree, Graphviz DOT)."""
-        return self._views().explain(view)
+        return self.dataflow.explain(view)
 
     # -- administration ---------------------------------------------------------------
 
@@ -453,7 +417,7 @@ class Engine:
 
     def checkpoint(self, timeout: float = 600.0) -> dict:
         """Take a dataflow checkpoint now; returns its seq, LSN, kind, bytes, duration."""
-        return self._views().checkpoint(timeout)
+        return self.dataflow.checkpoint(timeout)
 
     def compact(self, table: str | None = None) -> dict:
         """Compact one table (or all); returns storage's report."""
@@ -464,8 +428,7 @@ class Engine:
         ``memory_limit``, ``storage``, ``writes`` (writes, rows, bulk loads) and ``spark``
         (up or down since when, restarts: ``SparkSupervisor.stats``)."""
         result: dict[str, Any] = {"views": {}}
-        if self.dataflow is not None:
-            result.update(self.dataflow.stats())
+        result.update(self.dataflow.stats())
         # ``lsn`` is the last durable write; ``applied_lsn`` how far the views have got.
         result["applied_lsn"] = result.get("lsn", self.storage.last_lsn)
         result["lsn"] = self.storage.last_lsn

@@ -212,9 +212,9 @@ class SparkSupervisor:
         being down or replaced; None if Spark is alive and the error is the work's own."""
         if isinstance(err, SparkDown):
             return err
-        if isinstance(err, PartialflowError) or _answered_by_spark(err):
-            if generation is None or generation == self.generation:
-                return None
+        if (isinstance(err, PartialflowError) or _answered_by_spark(err)) and (
+                generation is None or generation == self.generation):
+            return None
         if self._closed:  # the server is stopping and has stopped Spark
             return SparkDown("Spark was stopped: the server is shutting down")
         if not self.up:

@@ -1,19 +1,189 @@
-"""Statements as the engine reads them: parsing one statement, naming it, and turning
-CREATE TABLE and INSERT ... VALUES into a schema and Python values (sqlglot trees in,
-storage's types out). Everything refused raises InvalidArgument naming the problem."""
+"""Statements as the engine reads them: one statement parsed into a typed statement
+(``parse``), with CREATE TABLE and INSERT ... VALUES turned into a schema and Python
+values (sqlglot trees in, typed statements of storage's types out). Everything refused
+raises InvalidArgument naming the problem, before the engine changes anything.
+
+The engine dispatches on the statement's type (``Engine.execute``); a new statement is a
+class here, a case in ``_typed`` and a case there.
+"""
 
 from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import sqlglot.expressions as exp
 
-from partialflow.operators.values import COLUMN_TYPES, column_type_names
+from partialflow.operators.types import column_type_names, normalize_type
 from partialflow.server.errors import InvalidArgument
 from partialflow.server.sql.parse import parse_query, parse_statements
-from partialflow.server.storage import Column, TableSchema, normalize_type
+from partialflow.server.sql.refusals import refuse_constructs
+from partialflow.server.storage import Column, TableSchema
+
+SUPPORTED = (
+    "CREATE TABLE, CREATE VIEW, DROP TABLE, DROP VIEW, INSERT ... VALUES, SELECT or EXPLAIN"
+)
+
+
+@dataclass(frozen=True)
+class Select:
+    """A query over the base tables, run on Spark at a snapshot; ``sql`` as written."""
+
+    sql: str
+
+
+@dataclass(frozen=True)
+class CreateTable:
+    schema: TableSchema
+    if_not_exists: bool = False
+
+
+@dataclass(frozen=True)
+class CreateView:
+    """``query``: the view's SELECT as sqlglot prints it (the planner's input)."""
+
+    name: str
+    query: str
+    if_not_exists: bool = False
+
+
+@dataclass(frozen=True)
+class Drop:
+    """DROP TABLE or DROP VIEW (``kind``) of one name."""
+
+    kind: str  # "TABLE" or "VIEW"
+    name: str
+    if_exists: bool = False
+
+
+@dataclass(frozen=True)
+class Insert:
+    """INSERT ... VALUES: rows of Python values, in the order of ``columns`` when the
+    statement lists them (None: the table's own order)."""
+
+    table: str
+    rows: list[tuple]
+    columns: list[str] | None = None
+
+
+@dataclass(frozen=True)
+class ExplainView:
+    """``EXPLAIN v``: an existing view's dataflow tree."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class ExplainCreate:
+    """``EXPLAIN CREATE VIEW v AS ...``: a dry run of the view's planning."""
+
+    name: str
+    query: str
+
+
+@dataclass(frozen=True)
+class Begin:
+    """BEGIN / START TRANSACTION (``kind`` names it as written, for messages)."""
+
+    kind: str = "TRANSACTION"
+
+
+@dataclass(frozen=True)
+class Commit:
+    kind: str = "COMMIT"
+
+
+@dataclass(frozen=True)
+class Rollback:
+    kind: str = "ROLLBACK"
+
+
+Statement = (
+    Select | CreateTable | CreateView | Drop | Insert | ExplainView | ExplainCreate
+    | Begin | Commit | Rollback
+)
+
+
+def parse(sql: str) -> Statement:
+    """One SQL statement as a typed statement; anything refused raises InvalidArgument."""
+    return _typed(parse_statement(sql), sql)
+
+
+def _typed(node: exp.Expression, sql: str) -> Statement:
+    if isinstance(node, exp.Query):
+        return Select(sql)
+    if isinstance(node, exp.Create) and node.args.get("kind") == "TABLE":
+        if node.args.get("replace"):
+            raise InvalidArgument("CREATE OR REPLACE TABLE is not supported")
+        return CreateTable(table_schema(node), bool(node.args.get("exists")))
+    if isinstance(node, exp.Create) and node.args.get("kind") == "VIEW":
+        return _create_view(node, sql)
+    if isinstance(node, exp.Drop) and node.args.get("kind") in ("TABLE", "VIEW"):
+        return _drop(node)
+    if isinstance(node, exp.Insert):
+        return _insert(node)
+    if isinstance(node, exp.Command) and str(node.this).upper() == "EXPLAIN":
+        return _explain(node)
+    if isinstance(node, exp.Transaction):
+        return Begin(statement_kind(node))
+    if isinstance(node, exp.Commit):
+        return Commit()
+    if isinstance(node, exp.Rollback):
+        return Rollback()
+    raise InvalidArgument(f"unsupported statement {statement_kind(node)}; expected {SUPPORTED}")
+
+
+def _create_view(node: exp.Create, sql: str) -> CreateView:
+    if node.args.get("replace"):
+        raise InvalidArgument("CREATE OR REPLACE VIEW is not supported; DROP VIEW first")
+    name = simple_name(node.this, "CREATE VIEW")
+    query = node.args.get("expression")
+    if not isinstance(query, exp.Query):
+        raise InvalidArgument(f"CREATE VIEW {name}: expected AS SELECT ...")
+    # Here, where positions are still those of the user's statement (the planner sees the
+    # query printed again by sqlglot).
+    refuse_constructs(query, sql)
+    return CreateView(name, query.sql(), bool(node.args.get("exists")))
+
+
+def _drop(node: exp.Drop) -> Drop:
+    kind = node.args["kind"]
+    # sqlglot keeps the dropped names under "tables" (older releases: "this").
+    tables = node.args.get("tables") or ([node.this] if node.this is not None else [])
+    if len(tables) != 1:
+        raise InvalidArgument(f"DROP {kind}: drop one {kind.lower()} per statement")
+    if node.args.get("cascade"):
+        raise InvalidArgument(f"DROP {kind} ... CASCADE is not supported")
+    return Drop(kind, simple_name(tables[0], f"DROP {kind}"), bool(node.args.get("exists")))
+
+
+def _insert(node: exp.Insert) -> Insert:
+    target = node.this
+    listed = target.expressions if isinstance(target, exp.Schema) else None
+    name = simple_name(target.this if isinstance(target, exp.Schema) else target, "INSERT")
+    values = node.args.get("expression")
+    if not isinstance(values, exp.Values):
+        raise InvalidArgument("INSERT: only INSERT ... VALUES is supported")
+    rows = [tuple(literal_value(v) for v in t.expressions) for t in values.expressions]
+    return Insert(name, rows, [c.name for c in listed] if listed else None)
+
+
+def _explain(node: exp.Command) -> ExplainView | ExplainCreate:
+    rest = node.expression.this if isinstance(node.expression, exp.Literal) else ""
+    target = parse_statement(rest) if rest.strip() else None
+    if isinstance(target, exp.Create) and target.args.get("kind") == "VIEW":
+        name = simple_name(target.this, "EXPLAIN CREATE VIEW")
+        query = target.args.get("expression")
+        if not isinstance(query, exp.Query):
+            raise InvalidArgument(f"EXPLAIN CREATE VIEW {name}: expected AS SELECT ...")
+        return ExplainCreate(name, query.sql())
+    if isinstance(target, exp.Column) and not target.table:
+        return ExplainView(target.name)
+    raise InvalidArgument(
+        "EXPLAIN takes CREATE VIEW name AS SELECT ... (a dry run) or a view's name"
+    )
 
 
 def parse_statement(sql: str) -> exp.Expression:
@@ -71,8 +241,8 @@ def simple_name(table: exp.Expression | None, what: str) -> str:
 def _column(node: exp.ColumnDef) -> Column:
     kind = node.args.get("kind")
     # sqlglot names the type by its own enum (INTEGER reads as INT, REAL as FLOAT).
-    type_name = kind.this.name if isinstance(kind, exp.DataType) else None
-    if type_name not in COLUMN_TYPES:
+    column_type = normalize_type(kind.this.name) if isinstance(kind, exp.DataType) else None
+    if column_type is None:
         shown = kind.sql() if kind is not None else "no type"
         raise InvalidArgument(
             f"column {node.name}: unsupported type {shown}; types are {column_type_names()}"
@@ -86,7 +256,7 @@ def _column(node: exp.ColumnDef) -> Column:
                 f"column {node.name}: constraint {constraint.sql()} is not supported "
                 "(only PRIMARY KEY)"
             )
-    return Column(node.name, normalize_type(type_name), primary_key=primary)
+    return Column(node.name, column_type, primary_key=primary)
 
 
 def table_schema(create: exp.Create) -> TableSchema:

@@ -25,7 +25,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from partialflow.client import Client
-from partialflow.server.app.inprocess import InProcessServer
+from partialflow.testing.inprocess import InProcessServer
 
 __all__ = ["InProcessServer", "ServerProcess", "health_status", "wait_serving"]
 
@@ -102,7 +102,7 @@ class ServerProcess:
             *self.args,
         ]
         env = dict(os.environ, PYTHONUNBUFFERED="1")
-        log = open(self.log_path, "ab")
+        log = open(self.log_path, "ab")  # noqa: SIM115 (closed once the server has it)
         log.write(f"\n=== {' '.join(cmd)}\n".encode())
         log.flush()
         # A new session makes the server (and its Spark JVM) a process group we can kill.

@@ -102,10 +102,10 @@ class Writer:
             ]
             return table, "delete", gone, []
         old = rows.pop(self.rng.randrange(len(rows)))
-        new = make(self.rng)
-        new = (*old[:-1], new[-1])  # same row, a new last column (length, price, points)
-        rows.append(new)
-        return table, "update", [old], [new]
+        # The same row with a new last column (length, price, points).
+        changed = (*old[:-1], make(self.rng)[-1])
+        rows.append(changed)
+        return table, "update", [old], [changed]
 
 
 def run_writer(

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 # Errors a read may show while Spark scans fail, hang or crawl: the server's clean answers.
 CLEAN_ERRORS = ("Unavailable", "DeadlineExceeded")
@@ -68,7 +70,7 @@ class Stream:
         (or ``end``, the end of the load, if it was still open)."""
         times = [self.opened, *self.events,
                  min(self.closed, end) if self.closed is not None else end]
-        return [(a, b) for a, b in zip(times, times[1:], strict=False) if b > a]
+        return [(a, b) for a, b in pairwise(times) if b > a]
 
 
 @dataclass
@@ -101,7 +103,7 @@ class Journal:
     def add(
         self,
         *,
-        reads: list[Read] = (),
+        reads: Sequence[Read] = (),
         failure: Failure | None = None,
         call: tuple[float, str, int] | None = None,
     ) -> None:

@@ -176,7 +176,7 @@ READ_VIEWS = tuple(v.name for v in VIEWS if v.oracle is not None)
 def select_views(names: list[str] | None) -> list[ViewSpec]:
     """The views to create for the given read-view names (all by default), dependencies
     first. Raises ValueError naming the known views."""
-    wanted = list(READ_VIEWS) if not names else names
+    wanted = names or list(READ_VIEWS)
     unknown = [n for n in wanted if n not in READ_VIEWS]
     if unknown:
         raise ValueError(f"unknown view {unknown[0]!r}; views are {', '.join(READ_VIEWS)}")

@@ -56,7 +56,7 @@ class TestHooks:
     def _dataflow(self) -> Any:
         if not hooks_enabled():
             raise FailedPrecondition(f"test hooks are disabled (start the server with {ENV}=1)")
-        return self.engine._views()
+        return self.engine.dataflow
 
     @_rpc
     def Corrupt(

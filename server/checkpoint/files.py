@@ -180,7 +180,7 @@ class DataFile:
         self.name = data_name(seq)
         self.path = directory / self.name
         self.tmp = directory / (self.name + ".tmp")
-        self._f = open(self.tmp, "wb")
+        self._f = open(self.tmp, "wb")  # noqa: SIM115 (open until finish/abort)
         self._sha = hashlib.sha256()
         self.bytes = 0
 

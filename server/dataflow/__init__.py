@@ -2,7 +2,9 @@
 
 Modules, one job each (docs/architecture.md lists the ordering rules they implement):
 
-* ``facade``      — ``Dataflow``, what the engine calls (views, lookups, evict, stats);
+* ``facade``      — ``Dataflow``, what the engine calls (lookups, subscriptions, evict, stats);
+* ``views``       — the view catalog: view DDL (plan, install, load, drop, recovery's adopt),
+  what each view is defined over and its parameters' types;
 * ``executor``    — the one ordered loop and propagation of deltas through operators;
 * ``packets``     — what goes on the executor's queue;
 * ``fill``        — one upquery in flight, the updates it holds, a waiting read;

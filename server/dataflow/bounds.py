@@ -39,7 +39,6 @@ from partialflow.operators.filter import Filter
 from partialflow.operators.join import Join
 from partialflow.operators.project import Project
 from partialflow.server.dataflow.graph import Node
-from partialflow.server.dataflow.materialize import join_kind
 from partialflow.server.dataflow.packets import Call, Packet
 from partialflow.server.dataflow.runner import UpqueryRunner
 from partialflow.server.dataflow.state import State
@@ -235,7 +234,7 @@ def _eligible(st: State) -> bool:
     op = st.node.op
     return (
         st.mode == "miss" and st.kind == "rows" and st.node.view is None
-        and isinstance(op, Join) and join_kind(op) == "inner"
+        and isinstance(op, Join) and op.join_kind == "inner"
         and len(st.index_cols) == 1 and st.partial_cols == st.index_cols and not st.below
     )
 

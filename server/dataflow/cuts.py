@@ -118,12 +118,13 @@ class KeyHistory:
         for span in self.spans:
             if span.end is not None and span.end < lsn:
                 continue
-            if span.start < lsn:
-                # Unchanged up to the cut: its base as it is (the rows sent, not copied).
-                base = span.rows_at(lsn) if span.deltas and span.deltas[0][0] <= lsn \
-                    else span.base
-                span = Span(lsn, base, span.end, [(at, d) for at, d in span.deltas if at > lsn])
-            kept.append(span)
+            if span.start >= lsn:
+                kept.append(span)
+                continue
+            # Unchanged up to the cut: its base as it is (the rows sent, not copied).
+            base = span.rows_at(lsn) if span.deltas and span.deltas[0][0] <= lsn \
+                else span.base
+            kept.append(Span(lsn, base, span.end, [(at, d) for at, d in span.deltas if at > lsn]))
         self.spans = kept
 
 
@@ -272,5 +273,5 @@ def ordered(plan: ViewPlan, rows: list[Row]) -> list[Row]:
     rows.sort(key=lambda r: tuple([(v is not None, v) for v in r]))
     for p, desc in reversed(plan.order):
         i = pos[p]
-        rows.sort(key=lambda r: (r[i] is not None, r[i]), reverse=desc)  # noqa: B023
+        rows.sort(key=lambda r: (r[i] is not None, r[i]), reverse=desc)
     return rows

@@ -1,16 +1,14 @@
 """The dataflow facade the engine talks to: views, lookups, eviction, explain, stats.
 
-It plans views (planner), installs them in the graph and loads their full state (through
-the executor, in order with writes), and serves reads (``reads.py``). Upqueries go to the
-injected runner (``runner.py``): the engine passes the Spark one, tests a Python model.
+View DDL is the view catalog's (``views.py``); the facade serves reads (``reads.py``) and
+subscriptions, evicts, explains and counts. Upqueries go to the injected runner
+(``runner.py``): the engine passes the Spark one, tests a Python model.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import re
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -19,11 +17,9 @@ from partialflow.operators.base import Row
 from partialflow.server.checkpoint import CheckpointStore
 from partialflow.server.dataflow.checkpointer import Checkpointer
 from partialflow.server.dataflow.executor import Executor
-from partialflow.server.dataflow.fill import Waiter
 from partialflow.server.dataflow.graph import Graph, Reader
-from partialflow.server.dataflow.materialize import states_of
 from partialflow.server.dataflow.packets import Write
-from partialflow.server.dataflow.reads import Param, Read, check_key, keys_fit, parameters
+from partialflow.server.dataflow.reads import Param, Read, check_key, keys_fit
 from partialflow.server.dataflow.recovery import recover
 from partialflow.server.dataflow.resume import rows_as_of
 from partialflow.server.dataflow.runner import UpqueryRunner
@@ -33,20 +29,17 @@ from partialflow.server.dataflow.subscriptions import (
     Subscription,
     SubscriptionManager,
 )
+from partialflow.server.dataflow.views import ViewCatalog
 from partialflow.server.errors import (
-    AlreadyExists,
     DeadlineExceeded,
     FailedPrecondition,
     InvalidArgument,
     NotFound,
-    ResourceExhausted,
     Unavailable,
 )
-from partialflow.server.sql.planner import Planner, ViewPlan
 
 log = logging.getLogger("partialflow.dataflow")
 FINAL_CHECKPOINT_TIMEOUT = 30.0  # seconds a clean shutdown waits for its last checkpoint
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 
 # fn(view, key, rows, lsn) for every key a lookup served.
 ReadObserver = Callable[[str, Row, list[Row], int], None]
@@ -82,9 +75,9 @@ class Dataflow:
         self.executor.fills.prefetcher.enabled = index_prefetch
         self.memory_limit = memory_limit
         self.upquery_timeout = upquery_timeout
-        self.deps: dict[str, set[str]] = {}  # view -> views it is defined over
-        self._params: dict[str, list[Param | None]] = {}  # view -> its parameters' types
-        self._ddl = threading.Lock()
+        self.views = ViewCatalog(storage, self.graph, self.executor,
+                                 upquery_timeout=upquery_timeout,
+                                 memory_limit=lambda: self.memory_limit)
         # Called for every key a lookup served (rows as returned), on the reading thread.
         # For the background verifier; keep them cheap.
         self.read_observers: list[ReadObserver] = []
@@ -110,7 +103,7 @@ class Dataflow:
             views = recover(self, views, self.upquery_timeout * 10)
         for name, sql in views:
             try:
-                self._create(name, sql, persist=False)
+                self.views.recreate_view(name, sql)
             except Exception as e:
                 log.error("could not re-create view %s: %s", name, e)
         if cp is not None:
@@ -133,42 +126,9 @@ class Dataflow:
     def adopt_view(self, name: str, sql: str,
                    contents_for: Callable[[State], dict[Row, Any] | None]
                    ) -> list[tuple[State, list[Row]]] | None:
-        """Recovery: install a persisted view whose states take their keys from a
-        checkpoint (``contents_for``: a state's checkpointed keys, None if it has none).
-        Returns (state, fill keys restored) for each state restored, or None, changing
-        nothing, when a full state of the view is not in the checkpoint."""
-        plan, params, used = self._plan(sql)
-        ex = self.executor
-
-        def go() -> list[tuple[State, list[Row]]] | None:
-            known = set(ex.evictor.states)
-            reader, new_full = self.graph.add_view(name, sql, plan)
-            # In sid order: the LRU order of restored keys must not depend on addresses.
-            new = sorted((st for st in reader.states() if st.sid not in known),
-                         key=lambda st: st.sid)
-            got = {st.sid: contents_for(st) for st in new}
-            if any(() not in (got[st.sid] or {}) for st in new_full):
-                self.graph.remove_view(name)
-                return None
-            ex.register_states(new)
-            # Key bounds, loaded when a miss first needs one (not a Spark job per restart).
-            ex.bounds.watch(new, self._column_info, now=False)
-            out = []
-            for st in new:
-                contents = got[st.sid]
-                if contents is None:
-                    continue
-                for fk, bucket in contents.items():
-                    st.restore(fk, bucket)
-                    ex.changed(st, fk)
-                out.append((st, list(contents)))
-            return out
-
-        restored = ex.call(go).result()
-        if restored is not None:
-            self._params[name] = params
-            self.deps[name] = used
-        return restored
+        """Recovery: install a persisted view with its states from a checkpoint
+        (``ViewCatalog.adopt_view``)."""
+        return self.views.adopt_view(name, sql, contents_for)
 
     def close(self) -> None:
         if self.executor.threaded:  # open streams end with UNAVAILABLE and their resume LSN
@@ -200,123 +160,29 @@ class Dataflow:
                 st.release()
             self.executor.publisher.clear()
 
-    # -- views -------------------------------------------------------------------------
+    # -- views (the catalog's DDL) -----------------------------------------------------
     def create_view(self, name: str, sql: str) -> None:
-        if not _IDENT.match(name or ""):
-            raise InvalidArgument(
-                f"view name {name!r} is not a plain identifier (letters, digits, _; at most 64)"
-            )
-        with self._ddl:
-            self._create(name.lower(), sql, persist=True)
-
-    def _create(self, name: str, sql: str, persist: bool) -> None:
-        if name in self.graph.readers:
-            raise AlreadyExists(f"view {name!r} already exists")
-        if self._table_columns(name) is not None:
-            raise AlreadyExists(f"{name!r} is already a table")
-        plan, params, used = self._plan(sql)
-        ex = self.executor
-        waiter = ex.call(lambda: self._install(name, sql, plan)).result()
-        self._params[name] = params
-        if waiter is not None:
-            if not ex.wait_event(waiter.event, self.upquery_timeout * 10):
-                waiter.error = DeadlineExceeded(
-                    f"loading the full state of view {name!r} timed out"
-                )
-            if waiter.error is not None:
-                self._remove(name)
-                raise waiter.error
-        full = ex.evictor.full_bytes
-        if self.memory_limit is not None and full > self.memory_limit:
-            crosses = ex.call(lambda: self.graph.cross_products(name)).result()
-            self._remove(name)
-            sizes = f" (its cross products: {'; '.join(crosses)})" if crosses else ""
-            raise ResourceExhausted(
-                f"view {name!r} needs {full} bytes of full state, more than the memory limit of "
-                f"{self.memory_limit} bytes{sizes}"
-            )
-        self.deps[name] = used
-        if persist:
-            self.storage.save_view(name, sql)
-
-    def _plan(self, sql: str) -> tuple[ViewPlan, list[Param | None], set[str]]:
-        """A view's plan, its parameters' types and the views it is defined over."""
-        used: set[str] = set()
-        plan = Planner(self._table_columns, lambda v: self._view_plan(v, used)).plan(sql)
-        return plan, parameters(plan, self._column_info), used
-
-    def explain_create(self, name: str, sql: str) -> str:
-        """A dry run of CREATE VIEW: is it supported, and how would it be maintained?
-
-        Plans the view and decides its materialization in a scratch graph (so nothing is
-        created and nothing is shared with existing views), and returns the operator
-        tree with each state partial or full, its key, and why."""
-        if not _IDENT.match(name or ""):
-            raise InvalidArgument(
-                f"view name {name!r} is not a plain identifier (letters, digits, _; at most 64)"
-            )
-        used: set[str] = set()
-        plan = Planner(self._table_columns, lambda v: self._view_plan(v, used)).plan(sql)
-        scratch = Graph()
-        scratch.add_view(name.lower(), sql, plan)
-        return scratch.explain(name.lower(), live=False)
-
-    def _install(self, name: str, sql: str, plan: ViewPlan) -> Waiter | None:
-        """On the executor thread: add the view's nodes, start loading its full state."""
-        reader, new_full = self.graph.add_view(name, sql, plan)
-        states = [st for n in reader.nodes for st in states_of(n)]
-        self.executor.register_states(states)
-        # Key bounds (bounds.py) from here: every later write passes the executor.
-        self.executor.bounds.watch(states, self._column_info)
-        return self.executor.fills.load_full(new_full) if new_full else None
-
-    def _remove(self, name: str) -> None:
-        ex = self.executor
-        ex.call(lambda: _forget(ex, self.graph.remove_view(name))).result()
-        self.deps.pop(name, None)
-        self._params.pop(name, None)
+        self.views.create_view(name, sql)
 
     def drop_view(self, name: str) -> None:
-        name = name.lower()
-        with self._ddl:
-            if name not in self.graph.readers:
-                raise NotFound(f"unknown view {name!r}")
-            users = sorted(v for v, d in self.deps.items() if name in d)
-            if users:
-                raise FailedPrecondition(
-                    f"view {name!r} is used by view(s) {', '.join(users)}; drop those first"
-                )
-            self._remove(name)
-            self.storage.drop_view(name)
+        self.views.drop_view(name)
+
+    def explain_create(self, name: str, sql: str) -> str:
+        """A dry run of CREATE VIEW (``ViewCatalog.explain_create``)."""
+        return self.views.explain_create(name, sql)
 
     def check_drop_table(self, table: str) -> None:
-        users = self.graph.users_of_table(table.lower())
-        if users:
-            raise FailedPrecondition(
-                f"table {table!r} is used by view(s) {', '.join(users)}; drop those first"
-            )
+        """FailedPrecondition when views still read ``table``."""
+        self.views.check_drop_table(table)
 
-    def _table_columns(self, name: str) -> tuple[str, ...] | None:
-        try:
-            return self.storage.table(name).column_names
-        except NotFound:
-            return None
+    def params(self, view: str) -> list[Param | None]:
+        """Per ``?`` parameter of ``view``, the base column it compares (None: computed)."""
+        reader = self.reader(view)
+        return self.views.param_types(reader.name) or [None] * len(reader.plan.key)
 
-    def _column_info(self, table: str, col: int) -> tuple[str, str] | None:
-        try:
-            c = self.storage.table(table).columns[col]
-        except (NotFound, IndexError):
-            return None
-        return c.name, c.type
-
-    def _view_plan(self, name: str, used: set[str]) -> ViewPlan | None:
-        reader = self.graph.readers.get(name)
-        if reader is None:
-            return None
-        used.add(name)
-        return reader.plan
-
-    def _reader(self, view: str) -> Reader:
+    def reader(self, view: str) -> Reader:
+        """The reader of ``view`` (any case): its plan, its state, its nodes. NotFound
+        naming the views there are when there is none."""
         reader = self.graph.readers.get(view.lower())
         if reader is None:
             known = ", ".join(sorted(self.graph.readers)) or "none"
@@ -333,8 +199,8 @@ class Dataflow:
     def _checked(self, view: str, keys: list[Any]) -> tuple[Reader, list[Row]]:
         """The view's reader and its keys, each checked against the view's parameters.
         Among several keys, an error names the bad one by its position."""
-        reader = self._reader(view)
-        params = self._params.get(reader.name)
+        reader = self.reader(view)
+        params = self.views.param_types(reader.name)
         if len(keys) == 1:
             return reader, [check_key(reader, keys[0], params)]
         if keys_fit(reader, keys, params):
@@ -404,7 +270,7 @@ class Dataflow:
         unless the server runs with PARTIALFLOW_TEST_HOOKS=1."""
         if os.environ.get("PARTIALFLOW_TEST_HOOKS") != "1":
             raise FailedPrecondition("test hooks are disabled (set PARTIALFLOW_TEST_HOOKS=1)")
-        reader = self._reader(view)
+        reader = self.reader(view)
         k = check_key(reader, key)
         st = reader.state
 
@@ -422,7 +288,7 @@ class Dataflow:
 
     # -- eviction and memory -----------------------------------------------------------
     def evict(self, view: str, key: tuple | None) -> int:
-        reader = self._reader(view)
+        reader = self.reader(view)
         st = reader.state
         ex = self.executor
 
@@ -440,7 +306,7 @@ class Dataflow:
 
     # -- introspection -----------------------------------------------------------------
     def explain(self, view: str) -> tuple[str, str]:
-        reader = self._reader(view)
+        reader = self.reader(view)
         with self.executor.lock:
             return self.graph.explain(reader.name), self.graph.dot(reader.name)
 
@@ -474,11 +340,9 @@ class Dataflow:
                 "views": views,
                 "upquery_ms": ex.stats.upquery_percentiles(),
                 "spark_jobs": self.runner.jobs,
-                # Per-upquery footprint on the base segments (footer estimate), if the
-                # runner measures it (the Spark runner does; test fakes may not).
-                **({"upquery_scan": self.runner.scan_stats()}
-                   if hasattr(self.runner, "scan_stats") else {}),
-                **(self.runner.index_stats() if hasattr(self.runner, "index_stats") else {}),
+                # The runner's own figures (the Spark runner: per-upquery footprint on the
+                # base segments, a footer estimate; index fill batches).
+                **self.runner.stats(),
                 "fills_in_flight": len(ex.fills.active),
                 "state_anomalies": sum(st.anomalies for st in ev.states.values()),
                 **self.subscriptions.stats(),
@@ -486,9 +350,3 @@ class Dataflow:
                 **({"checkpoint": ex.checkpointer.stats()} if ex.checkpointer else {}),
             }
 
-
-def _forget(ex: Executor, states: list[State]) -> None:
-    """Unregister a dropped view's states and free their contents right away (see close)."""
-    ex.forget_states(states)
-    for st in states:
-        st.release()

@@ -96,7 +96,7 @@ def join_decisions(op: Join, req: Req) -> dict[int, Decision]:
                 mine,
                 "the key above is the join key, so this index is filled per key with it",
             )
-        elif other is not None and join_kind(op) == "inner" and req:
+        elif other is not None and op.join_kind == "inner" and req:
             out[s] = Decision(
                 "miss",
                 idx[s],
@@ -122,14 +122,6 @@ def unbounded(op: GroupedOperator) -> GroupedOperator:
     clone = copy.copy(op)
     clone.candidates = None  # type: ignore[attr-defined]
     return clone
-
-
-def join_kind(op: Join) -> str:
-    return str(
-        getattr(op, "join_kind", None)
-        or getattr(op, "kind_name", None)
-        or getattr(op, "how", "inner")
-    )
 
 
 # -- tracing keys through operators ----------------------------------------------------------

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from partialflow.operators.base import Row
-from partialflow.server.verifier import oracle_sql
+from partialflow.server.sql.oracle import oracle_sql
 
 if TYPE_CHECKING:
     from partialflow.server.dataflow.graph import Reader

@@ -48,6 +48,11 @@ class UpqueryRunner(Protocol):
         """Get ready (e.g. warm up in the background); called once by Dataflow.start."""
         ...
 
+    def stats(self) -> dict[str, Any]:
+        """The runner's own figures, merged into the dataflow's stats (the Spark runner's
+        ``upquery_scan`` and ``index_*``); empty when it measures nothing."""
+        ...
+
     def submit(self, fill: Fill, reply: Reply) -> None:
         """Start answering ``fill``; call ``reply`` when done (or never: the fill's
         deadline then fails its reads)."""

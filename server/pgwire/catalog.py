@@ -38,8 +38,18 @@ from partialflow.server.pgwire.catalog_rewrite import Rewritten, cached, rewrite
 if TYPE_CHECKING:
     from partialflow.server.engine import Engine
 
-__all__ = ["OID_BOOL", "OID_INT8", "OID_FLOAT8", "OID_TEXT", "SERVER_VERSION",
-           "SERVER_VERSION_NUM", "VERSION", "CatalogAnswer", "Catalog", "DEFAULT_SETTINGS"]
+__all__ = [
+    "DEFAULT_SETTINGS",
+    "OID_BOOL",
+    "OID_FLOAT8",
+    "OID_INT8",
+    "OID_TEXT",
+    "SERVER_VERSION",
+    "SERVER_VERSION_NUM",
+    "VERSION",
+    "Catalog",
+    "CatalogAnswer",
+]
 
 # What partialflow reports as PostgreSQL: psql, pgjdbc and asyncpg pick their catalog
 # queries by this version, and the emulated catalog has PostgreSQL 15's shape.
@@ -225,13 +235,12 @@ class Catalog:
         tables = [(ids[ts.name.lower()], ts) for ts in storage.tables()
                   if ts.name.lower() in ids]
         views = []
-        if self.engine.dataflow is not None:
-            for name, sql in storage.views():
-                try:
-                    columns = self.engine.view_schema(name)["columns"]
-                except NotFound:  # dropped meanwhile
-                    continue
-                views.append((name, sql, list(columns)))
+        for name, sql in storage.views():
+            try:
+                columns = self.engine.view_schema(name)["columns"]
+            except NotFound:  # dropped meanwhile
+                continue
+            views.append((name, sql, list(columns)))
         return tables, views
 
     def _user(self) -> str:

@@ -199,15 +199,14 @@ def rewrite(sql: str, tables: Iterable[str], functions: Iterable[str]) -> Rewrit
             # A scalar function in FROM (Grafana's string_to_array(...) s) is a one-row
             # relation whose one column has the alias's name, as in PostgreSQL.
             alias = node.alias or "f"
-            sub = exp.select(exp.alias_(node.this, alias)).subquery(alias)
-            return sub
+            return exp.select(exp.alias_(node.this, alias)).subquery(alias)
         if isinstance(node, exp.Column) and not node.table and not node.this.quoted and \
                 node.name.lower() == "user":
             return exp.Anonymous(this="pf_current_user", expressions=[])  # PostgreSQL's USER
         if isinstance(node, exp.Div) and node.args.get("typed") and not any(
-                isinstance(x, exp.Literal) and not x.is_int or isinstance(x, exp.Cast) and
+                (isinstance(x, exp.Literal) and not x.is_int) or (isinstance(x, exp.Cast) and
                 _cast_type(x) in ("float8", "float4", "double precision", "real", "numeric",
-                                  "double", "float", "decimal")
+                                  "double", "float", "decimal"))
                 for x in (node.this, node.expression)):
             # PostgreSQL divides integers to an integer (server_version_num::int / 100).
             return exp.IntDiv(this=node.this, expression=node.expression)

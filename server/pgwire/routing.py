@@ -213,9 +213,10 @@ class Router:
         slots: list[list[Slot] | None] = [None] * len(keys)
         filters: list[tuple[int, Slot]] = []
         where = tree.args.get("where")
-        for c in _conjuncts(where.this if where is not None else None):
-            if isinstance(c, exp.EQ) and isinstance(c.right, exp.Column):
-                c = exp.EQ(this=c.right, expression=c.left)
+        for term in _conjuncts(where.this if where is not None else None):
+            # key = value either way round
+            c = (exp.EQ(this=term.right, expression=term.left)
+                 if isinstance(term, exp.EQ) and isinstance(term.right, exp.Column) else term)
             if isinstance(c, exp.EQ) and isinstance(c.left, exp.Column):
                 col, values = c.left.name.lower(), [_value(c.right)]
             elif isinstance(c, exp.In) and isinstance(c.this, exp.Column) and c.expressions:

@@ -50,8 +50,6 @@ class Schema:
                 for t in self.engine.storage.tables()}
 
     def view(self, name: str) -> dict[str, Any] | None:
-        if self.engine.dataflow is None:
-            return None
         try:
             return dict(self.engine.view_schema(name))
         except NotFound:

@@ -194,7 +194,7 @@ class Session(Context):
     def send_error(self, err: BaseException) -> None:
         code = sqlstate(err)
         if code == "XX000":
-            log.exception("internal error in a postgres session", exc_info=err)
+            log.error("internal error in a postgres session", exc_info=err)
         self.send(p.error_response(code, message_of(err)))
         if self.txn is not None:
             self.txn.failed = True

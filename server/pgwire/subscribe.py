@@ -146,9 +146,9 @@ def stream(subscription: Subscription, cancelled: Any, client_gone: Any) -> Iter
     last = time.monotonic()
     while not cancelled() and not client_gone():
         rows = subscription.rows(0.2)
-        if rows and rows[0][1] is True and len(rows) == 1:
-            if time.monotonic() - last < HEARTBEAT:
-                continue
+        if (rows and rows[0][1] is True and len(rows) == 1
+                and time.monotonic() - last < HEARTBEAT):
+            continue
         if rows:
             last = time.monotonic()
             yield rows

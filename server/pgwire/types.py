@@ -75,7 +75,7 @@ def _dumper(oid: int, fmt: int, cls: Any) -> Any:
 
 def _coerce(value: Any, oid: int) -> Any:
     if oid in _INTS:
-        return int(value) if not isinstance(value, str) else int(value)
+        return int(value)
     if oid in (OID_FLOAT8, OID_FLOAT4):
         return float(value)
     if oid == OID_BOOL:
@@ -96,7 +96,7 @@ def _float_text(v: float) -> str:
     if math.isinf(v):
         return "Infinity" if v > 0 else "-Infinity"
     text = repr(v)
-    return text[:-2] if text.endswith(".0") else text
+    return text.removesuffix(".0")
 
 
 def encode(value: Any, oid: int, fmt: int) -> bytes | None:

@@ -93,7 +93,7 @@ def _bind(
             if keep is not None and keep(n):
                 return n
             return col(scope.find(n))
-        if isinstance(n, (exp.Subquery, exp.Exists)) or isinstance(n, exp.Select):
+        if isinstance(n, (exp.Subquery, exp.Exists, exp.Select)):
             raise InvalidArgument(f"subqueries in expressions are not supported: {n.sql()!r}")
         if isinstance(n, exp.Window):
             raise InvalidArgument(f"window functions are not supported: {n.sql()!r}")

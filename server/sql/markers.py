@@ -89,9 +89,8 @@ def subqueries_of(e: exp.Expression) -> list[exp.Expression]:
     out: list[exp.Expression] = []
     for walked in e.walk(prune=lambda x: isinstance(x, exp.Select)):
         n = cast(exp.Expression, walked)
-        if isinstance(n, exp.Exists) or (isinstance(n, exp.In) and n.args.get("query")):
-            out.append(n)
-        elif is_scalar(n):
+        if (isinstance(n, exp.Exists) or (isinstance(n, exp.In) and n.args.get("query"))
+                or is_scalar(n)):
             out.append(n)
     # Outermost first; nested ones inside an IN's needle are planned with it.
     return [n for n in out if not any(o is not n and _inside(n, o) for o in out)]

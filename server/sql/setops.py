@@ -46,9 +46,8 @@ def plan_except_intersect(
     word = word_of(node)
     sides = []
     names: list[str] | None = None
-    for e in (node.this, node.expression):
-        if isinstance(e, exp.Subquery):
-            e = e.this
+    for side in (node.this, node.expression):
+        e = side.this if isinstance(side, exp.Subquery) else side
         sub = branch(e)
         if sub.limit is not None or sub.key:
             raise InvalidArgument(f"an {word} branch cannot have parameters or LIMIT")

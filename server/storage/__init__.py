@@ -9,15 +9,9 @@ Public interface (other packages code against exactly these names)::
 
 from __future__ import annotations
 
+from partialflow.operators.types import COLUMN_TYPES, ColumnType, normalize_type
 from partialflow.server.storage.record import WriteRecord
-from partialflow.server.storage.schema import (
-    COLUMN_TYPES,
-    Column,
-    ColumnType,
-    TableSchema,
-    check_identifier,
-    normalize_type,
-)
+from partialflow.server.storage.schema import Column, TableSchema, check_identifier
 from partialflow.server.storage.snapshot import Snapshot
 from partialflow.server.storage.store import Storage
 

@@ -132,7 +132,7 @@ def delete_files(st: Storage, paths: Iterable[str]) -> None:
     if not parents:
         return
     with st._lock:
-        live = {name for name in st._catalog.tables}
+        live = set(st._catalog.tables)
     for d in parents:
         if os.path.basename(d) not in live:
             try:
@@ -207,7 +207,7 @@ def compact_table(st: Storage, entry: TableEntry, *, tiered: bool = False) -> di
             horizon = min(flushed - st.retention_lsns, flushed)
             doomed_early = st._drain_releases()  # leaked snapshots no longer pin
             if st._pins:
-                horizon = min(horizon, min(st._pins))
+                horizon = min(horizon, *st._pins)
             horizon = max(horizon, tm.horizon)
             table_dir = st._table_dir(entry.schema.name)
             paths = [str(table_dir / s.file) for s in segs]

@@ -137,7 +137,7 @@ def _apply_to_index(index: RowIndex, entry: TableEntry, batch: pa.RecordBatch, n
         index.apply(entry.id, hashes[ndel:], hashes[:ndel])
         return
     keys = key_hashes(rows, entry.schema)
-    state: dict[bytes, bytes | None] = {k: None for k in keys[:ndel]}
+    state: dict[bytes, bytes | None] = dict.fromkeys(keys[:ndel])
     state.update(zip(keys[ndel:], hashes[ndel:], strict=True))
     index.apply_keys(
         entry.id, [(k, h) for k, h in state.items() if h is not None],

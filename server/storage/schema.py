@@ -12,23 +12,16 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
 
-from partialflow.operators.values import COLUMN_TYPES as TYPE_SPELLINGS
-from partialflow.operators.values import NAN, canonical_values, column_type_names
+from partialflow.operators.types import ColumnType, column_type_names, normalize_type
+from partialflow.operators.values import NAN, canonical_values
 from partialflow.server.errors import InvalidArgument
 
 if TYPE_CHECKING:
     from pyspark.sql import types as T
-
-ColumnType = Literal["BIGINT", "DOUBLE", "TEXT", "BOOLEAN"]
-
-COLUMN_TYPES: tuple[str, ...] = ("BIGINT", "DOUBLE", "TEXT", "BOOLEAN")
-
-# Every accepted spelling of a column type; the one table lives with the value rules.
-_TYPE_ALIASES: Mapping[str, str] = TYPE_SPELLINGS
 
 # Storage-internal columns of every Parquet segment; user columns may not shadow them.
 LSN_COL = "_lsn"
@@ -72,17 +65,11 @@ def _spark_type(name: str) -> T.DataType:
             "BOOLEAN": T.BooleanType}[name]()
 
 
-def normalize_type(name: str) -> ColumnType:
-    """Map a SQL type name (any case, aliases such as INT or VARCHAR) to a ColumnType."""
-    key = name.strip().upper() if isinstance(name, str) else ""
-    # VARCHAR(255) and friends: the length is irrelevant to storage.
-    key = re.sub(r"\s*\(.*\)$", "", key)
-    try:
-        return _TYPE_ALIASES[key]  # type: ignore[return-value]
-    except KeyError:
-        raise InvalidArgument(
-            f"unknown column type {name!r}; types are {column_type_names()}"
-        ) from None
+def _column_type(name: str) -> ColumnType:
+    column_type = normalize_type(name)
+    if column_type is None:
+        raise InvalidArgument(f"unknown column type {name!r}; types are {column_type_names()}")
+    return column_type
 
 
 def check_identifier(name: object, what: str) -> str:
@@ -188,7 +175,7 @@ def validate_schema(schema: TableSchema) -> TableSchema:
         if low in seen:
             raise InvalidArgument(f"table '{schema.name}' has duplicate column name '{c.name}'")
         seen.add(low)
-        cols.append(Column(c.name, normalize_type(c.type), bool(c.primary_key)))
+        cols.append(Column(c.name, _column_type(c.type), bool(c.primary_key)))
     return TableSchema(schema.name, tuple(cols))
 
 
@@ -255,7 +242,7 @@ def coerce_column(ctype: str, vals: list[Any]) -> tuple[list[Any], bool]:
     if ctype == "BIGINT":
         if types <= {int, _NONE}:
             nn = vals if _NONE not in types else [v for v in vals if v is not None]
-            if not nn or (_INT64_MIN <= min(nn) and max(nn) <= _INT64_MAX):
+            if not nn or (min(nn) >= _INT64_MIN and max(nn) <= _INT64_MAX):
                 return vals, False
     elif ctype == "DOUBLE":
         if types <= {float, int}:
@@ -278,9 +265,8 @@ def coerce_column(ctype: str, vals: list[Any]) -> tuple[list[Any], bool]:
                 return vals, False
             except UnicodeEncodeError:
                 pass
-    elif ctype == "BOOLEAN":
-        if types <= {bool, _NONE}:
-            return vals, False
+    elif ctype == "BOOLEAN" and types <= {bool, _NONE}:
+        return vals, False
     return _coerce_slow(ctype, vals), True
 
 

@@ -148,7 +148,7 @@ class WalWriter:
             fsync_dir(wal_dir)
             files = [(next_lsn, path)]
         self._files: list[tuple[int, Path]] = files
-        first, path = files[-1]
+        _, path = files[-1]
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND)
         self._size = os.fstat(self._fd).st_size
         self._closed_bytes = sum(p.stat().st_size for _, p in files[:-1])

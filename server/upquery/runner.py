@@ -202,6 +202,10 @@ class SparkUpqueryRunner:
             self._scan.update(last)
             self._last_scan = last
 
+    def stats(self) -> dict[str, Any]:
+        """What the dataflow's stats show of this runner: scans and index batches."""
+        return {"upquery_scan": self.scan_stats(), **self.index_stats()}
+
     def scan_stats(self) -> dict[str, Any]:
         """Totals over all measured upqueries, the per-upquery means and the last one."""
         with self._jobs_lock:

@@ -53,7 +53,7 @@ def test_the_right_token_over_tls_works(secured, tls):
 def test_a_missing_or_wrong_token_is_refused_and_touches_nothing(secured, tls, token):
     before = secured.engine.storage.last_lsn
     with Client(secured.address, tls_ca=tls[0], token=token) as db:
-        with pytest.raises(Unauthenticated, match="token|credentials"):
+        with pytest.raises(Unauthenticated, match=r"token|credentials"):
             db.insert("acl_t", [("evil", 666)])
         with pytest.raises(Unauthenticated):
             db.execute("CREATE TABLE acl_evil (k BIGINT)")

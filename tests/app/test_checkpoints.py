@@ -192,7 +192,7 @@ def test_a_damaged_checkpoint_falls_back_to_the_one_before(tmp_path, spark, capl
         c.insert("visit", [("p1", "y", 888)])
     _stop_without_final_checkpoint(srv)
     ckpt = tmp_path / "data" / "checkpoints"
-    newest = sorted(ckpt.glob("data-*.ckpt"))[-1]
+    newest = max(ckpt.glob("data-*.ckpt"))
     raw = bytearray(newest.read_bytes())
     raw[-5] ^= 0x55
     newest.write_bytes(bytes(raw))

@@ -272,9 +272,8 @@ def test_a_bug_is_internal_and_the_server_keeps_serving(client, fake):
 
 
 def test_unreachable_server_is_unavailable():
-    with Client("127.0.0.1:1", timeout=2) as c:
-        with pytest.raises(Unavailable):
-            c.ping()
+    with Client("127.0.0.1:1", timeout=2) as c, pytest.raises(Unavailable):
+        c.ping()
 
 
 def test_rows_travel_as_messages_unless_the_client_asks_for_columns(fake):

@@ -10,7 +10,8 @@ import time
 import pytest
 
 from partialflow.server.errors import InvalidArgument
-from partialflow.server.verifier import Verifier, oracle_sql, same_rows
+from partialflow.server.sql.oracle import oracle_sql
+from partialflow.server.verifier import Verifier, same_rows
 
 WINNING = (
     "SELECT a.id AS auction, a.category AS category, MAX(b.price) AS price "

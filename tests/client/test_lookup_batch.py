@@ -145,9 +145,8 @@ def test_bad_keys_are_refused_naming_the_key_and_change_nothing(server, views, u
 
 
 def _raw(server, request: pb.LookupRequest) -> grpc.RpcError:
-    with grpc.insecure_channel(server.address) as channel:
-        with pytest.raises(grpc.RpcError) as err:
-            pb_grpc.PartialflowStub(channel).Lookup(request, timeout=30)
+    with grpc.insecure_channel(server.address) as channel, pytest.raises(grpc.RpcError) as err:
+        pb_grpc.PartialflowStub(channel).Lookup(request, timeout=30)
     return err.value
 
 

@@ -414,7 +414,7 @@ def test_resume_from_beyond_the_retention_horizon_is_refused(spark, tmp_path):
             c.update("short", [(1, i - 1)], [(1, i)])
         c.flush()
         c.compact("short")
-        with pytest.raises(FailedPrecondition, match="retention|horizon|compacted"):
+        with pytest.raises(FailedPrecondition, match=r"retention|horizon|compacted"):
             next(c.subscribe("short_v", [1], from_lsn=first))
         # A recent LSN resumes: the first batch replaces the row held then.
         recent = c.stats()["lsn"] - 1

@@ -67,6 +67,9 @@ class FakeRunner:
     def start(self) -> None:
         pass
 
+    def stats(self) -> dict[str, Any]:
+        return {}  # the model measures no scans
+
     def submit(self, fill: Fill, reply: Reply) -> None:
         if fill.lsn > self.model.lsn:
             raise AssertionError(

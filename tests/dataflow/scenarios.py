@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # this folder, when imported alone
 
-from test_random_shapes import SHAPES  # noqa: E402  (one list of shapes for both)
+from test_random_shapes import SHAPES  # one list of shapes for both
 
 Row = tuple[Any, ...]
 

@@ -143,7 +143,7 @@ class Harness:
     def mismatch(self, view: str, key: Row, rows: list[Row], lsn: int) -> str | None:
         """None if ``rows`` are the view's answer for ``key`` at ``lsn``, else why not."""
         want = self.expected(view, key, lsn)
-        ordered = bool(self.df._reader(view).plan.order)
+        ordered = bool(self.df.reader(view).plan.order)
         got_n, want_n = [norm_row(r) for r in rows], [norm_row(r) for r in want]
         same = got_n == want_n if ordered else Counter(got_n) == Counter(want_n)
         if same:

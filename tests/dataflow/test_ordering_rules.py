@@ -92,7 +92,7 @@ def test_a_failed_reply_fails_the_read_and_leaves_a_hole() -> None:
     h.run()
     with pytest.raises(Unavailable, match="upquery failed"):
         read.resume()
-    assert h.df._reader("v").state.lookup((3,)) == "hole"
+    assert h.df.reader("v").state.lookup((3,)) == "hole"
     _assert_exact(h, "v", [(3,)], h.lookup("v", [(3,)]))  # a retry works
     _finish_all(h)
 
@@ -111,7 +111,7 @@ def test_a_lost_reply_fails_the_read_at_its_deadline_and_a_late_reply_is_ignored
     assert lost.fill.fid in h.runner.cancelled
     lost.reply(lost.fill, h.runner.answer(lost.fill), None)  # arrives after all: ignored
     h.run()
-    assert h.df._reader("v").state.lookup((3,)) == "hole"
+    assert h.df.reader("v").state.lookup((3,)) == "hole"
     _assert_exact(h, "v", [(3,)], h.lookup("v", [(3,)]))
     _finish_all(h)
 
@@ -124,7 +124,7 @@ def test_concurrent_misses_gather_into_one_fill_and_replies_may_come_in_any_orde
     first.append(h.begin("v", [(2,), (0,)]))
     _issue(h)
     [one] = h.runner.pending
-    assert one.fill.keys[h.df._reader("v").state.source[0]] == {(0,), (1,), (2,)}
+    assert one.fill.keys[h.df.reader("v").state.source[0]] == {(0,), (1,), (2,)}
     h.model.write("t", inserts=[(0, 5), (3, 5)])
     second = h.begin("v", [(3,)])  # a second fill of the same state, at a later LSN
     _issue(h)
@@ -144,7 +144,7 @@ def test_concurrent_misses_gather_into_one_fill_and_replies_may_come_in_any_orde
 def test_a_join_delta_meeting_a_pending_index_key_is_held_until_it_is_filled() -> None:
     h = _join_views(JOIN)
     _assert_exact(h, "v", [(1,)], h.lookup("v", [(1,)]))
-    reader = h.df._reader("v").state
+    reader = h.df.reader("v").state
     join = reader.below[0].node
     ex = h.ex
     ex.call(lambda: ex.evictor.evict(join.sides[1], (1,))).result()  # only b's index at 1
@@ -169,7 +169,7 @@ def test_a_right_write_to_a_left_join_at_a_cold_key_evicts_nothing() -> None:
     each such write (the left key of the rows it affects is the delta's right key)."""
     h = _join_views(LEFT_JOIN)
     _assert_exact(h, "v", [(1,), (2,)], h.lookup("v", [(1,), (2,)]))
-    reader = h.df._reader("v").state
+    reader = h.df.reader("v").state
     h.model.write("b", inserts=[(5, 500)])  # key 5 is a hole on the left
     h.run()
     assert sorted(reader.filled_keys()) == [(1,), (2,)]
@@ -188,7 +188,7 @@ def test_a_right_delta_held_by_a_left_join_replays_against_the_right_rows_it_met
     retract (5, 50, NULL): it has to count the right rows as they were when the delta was
     held (captured), not as they are when it replays (the delta itself is in them then)."""
     h = _join_views(LEFT_JOIN)
-    join = h.df._reader("v").state.below[0].node
+    join = h.df.reader("v").state.below[0].node
     read = h.begin("v", [(5,)])
     _issue(h)
     assert join.sides[0].is_pending((5,)) and join.sides[1].mode == "full"
@@ -265,7 +265,7 @@ def test_min_max_groups_whose_candidates_run_out_are_refilled() -> None:
     h.model.write("t", deletes=[(0, 1)])  # both kept minimums gone, 4 values unseen
     h.run()
     assert h.ex.stats.counters["exhausted"] == 1
-    assert h.df._reader("v").state.lookup((0,)) == "hole"
+    assert h.df.reader("v").state.lookup((0,)) == "hole"
     answers = h.lookup("v", [(0,), (1,)])
     _assert_exact(h, "v", [(0,), (1,)], answers)
     assert answers[0][0] == [(0, 2, 5)]
@@ -338,7 +338,7 @@ def test_a_join_miss_waits_for_an_index_fill_instead_of_cancelling_a_fill_in_fli
     read.resume()
     assert read.answer()[0][1] == before
     _assert_exact(h, "m", [("c0",)], read.answer())
-    assert h.df._reader("m").state.is_blocked(("c0",))
+    assert h.df.reader("m").state.is_blocked(("c0",))
     late = h.begin("m", [("c0",)])  # a read starting now waits for the index fills
     h.run()
     assert not late.waiter.event.is_set()  # type: ignore[union-attr]
@@ -373,7 +373,7 @@ def test_a_key_gated_again_and_again_answers_its_reads_after_one_fill() -> None:
     (rows, lsn), = read.answer()
     assert lsn == gated_at < h.ex.applied_lsn
     _assert_exact(h, "m", [("c0",)], [(rows, lsn)])
-    assert h.df._reader("m").state.is_blocked(("c0",))
+    assert h.df.reader("m").state.is_blocked(("c0",))
     _finish_all(h)
     _assert_exact(h, "m", [("c0",)], h.lookup("m", [("c0",)]))
 
@@ -389,7 +389,7 @@ def test_a_failed_index_fill_evicts_what_it_gated_and_backs_off() -> None:
     assert read.waiter.event.is_set()  # type: ignore[union-attr]
     with pytest.raises(Unavailable):
         read.resume()
-    reader = h.df._reader("m").state
+    reader = h.df.reader("m").state
     assert reader.lookup(("c0",)) == reader.lookup(("c1",)) == "hole"
     # Backing off: the next miss on that index issues no index fill (both categories are
     # holes here, so it is dropped; the back-off test below has it evict)...
@@ -422,7 +422,7 @@ def test_a_join_miss_that_reaches_only_holes_costs_no_fill_and_evicts_nothing() 
     assert counters["join_misses_dropped"] == 2  # the delete and the insert
     assert counters.get("index_fills", 0) == 0 and counters.get("evictions", 0) == 0
     assert h.runner.jobs == jobs and not h.runner.pending
-    assert h.df._reader("m").state.is_filled(("c0",))
+    assert h.df.reader("m").state.is_filled(("c0",))
     _assert_exact(h, "m", [("c0",), ("c3",)], h.lookup("m", [("c0",), ("c3",)]))
     _finish_all(h)
 
@@ -554,7 +554,7 @@ def test_a_replayed_join_update_that_misses_skips_filled_keys_that_have_it() -> 
     _move(h, "p0", "c2", "c3")  # LF: held by F, blocks c2 on it (exact at LF - 1)
     h.model.write("cinfo", inserts=[("i1", "c2")], deletes=[("i1", "c1")])  # index fill G
     h.run()
-    reader = h.df._reader("v").state
+    reader = h.df.reader("v").state
     assert reader.pending_fill(("c2",)) is f.fill and len(h.runner.pending) == 2
     h.runner.deliver(0)  # F lands: L1 replays and misses G's blocked key at v's join
     h.run()
@@ -733,7 +733,7 @@ def test_a_bound_watched_lazily_loads_at_the_first_miss() -> None:
     h = _nexmark()
     [st] = [h.ex.evictor.states[sid] for sid in h.ex.bounds.by_state]
     h.ex.bounds.forget(st)
-    h.ex.bounds.watch([st], h.df._column_info, now=False)
+    h.ex.bounds.watch([st], h.df.views.column_info, now=False)
     assert not h.runner.bounds
     h.model.write("bid", inserts=[(300, 1, 5.0)])  # before the load: in its snapshot
     h.model.write("auction", inserts=[(200, 1)])
@@ -786,7 +786,7 @@ def test_a_read_fill_prefetches_the_index_keys_its_keys_depend_on() -> None:
     h.run()
     assert h.ex.stats.counters["index_fills"] == fills
     assert h.ex.stats.counters.get("keys_gated", 0) == 0
-    reader = h.df._reader("m").state
+    reader = h.df.reader("m").state
     assert not reader.is_blocked(("c0",)) and not reader.is_blocked(("c1",))
     _assert_exact(h, "m", [("c0",), ("c1",)], h.lookup("m", [("c0",), ("c1",)]))
     _finish_all(h)

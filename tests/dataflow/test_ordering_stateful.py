@@ -31,7 +31,7 @@ from partialflow.server.dataflow.reads import Read
 from partialflow.server.errors import DeadlineExceeded, Unavailable
 
 settings.register_profile(
-    "ci", max_examples=int(os.environ.get("PARTIALFLOW_HYPOTHESIS_EXAMPLES", 25)),
+    "ci", max_examples=int(os.environ.get("PARTIALFLOW_HYPOTHESIS_EXAMPLES", "25")),
     stateful_step_count=60, derandomize=True, deadline=None, print_blob=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )

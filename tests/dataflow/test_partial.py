@@ -230,7 +230,7 @@ def test_join_index_stays_exact_when_a_fill_of_the_other_side_is_abandoned(serve
     with server.client() as c:
         visit, info, sql, view = _join_view(c, uniq)
         assert_matches(c, sql, ("p1",), c.lookup(view, "p1"))
-        reader = df._reader(view).state
+        reader = df.reader(view).state
         join = reader.below[0].node
         visit_side, info_side = join.sides[0], join.sides[1]
         assert visit_side.is_filled(("p1",)) and info_side.is_filled(("p1",))
@@ -292,7 +292,7 @@ def test_join_fill_orders_writes_to_both_sides(server, uniq):
     with server.client() as c:
         visit, info, sql, view = _join_view(c, uniq)
         c.lookup(view, "p1")
-        join = df._reader(view).state.below[0].node
+        join = df.reader(view).state.below[0].node
         info_side = join.sides[1]
         ex.call(lambda: ex.evictor.evict(info_side, ("p1",))).result()
         out: dict = {}
@@ -334,7 +334,7 @@ def test_lookup_many_mixing_derivable_and_cold_keys_counts_each_write_once(serve
         c.execute(f"CREATE VIEW {uniq}v AS {sql}")
         view = f"{uniq}v"
         c.lookup(view, 1)
-        reader = df._reader(view).state
+        reader = df.reader(view).state
         ex.call(lambda: ex.evictor.evict(reader, (1,))).result()  # the aggregate below stays filled
         assert reader.source[0].is_filled((1,)) and not reader.is_filled((1,))
         out: dict = {}

@@ -64,8 +64,8 @@ def _exact(h: Harness, view: str, key: tuple, answer: tuple[list, int]) -> int:
 
 
 def test_a_big_key_is_copied_only_while_it_is_read_and_every_read_is_exact(h, listed):
-    whole = h.df._reader("whole").state
-    small = h.df._reader("rows").state
+    whole = h.df.reader("whole").state
+    small = h.df.reader("rows").state
     _exact(h, "whole", (), h.lookup("whole", [()])[0])
     _exact(h, "rows", (3,), h.lookup("rows", [(3,)])[0])
     h.settle()

@@ -57,7 +57,7 @@ def test_hits_count_distinct_keys_and_make_them_recently_used():
     try:
         h.lookup("rows", [(k,) for k in range(10)])
         h.settle()
-        st = h.df._reader("rows").state
+        st = h.df.reader("rows").state
         before = h.df.stats()["views"]["rows"]
         h.lookup("rows", [(7,), (2,), (7,), (5,)])  # all hits, lock-free
         h.settle()

@@ -43,7 +43,7 @@ def test_a_filled_state_accounts_about_the_bytes_its_rows_take() -> None:
     h = _harness(rng, 200, 50, 5_000)
     keys = [(k,) for k in range(50)]
     assert_exact(h, "v", keys, h.lookup("v", keys))
-    st = h.df._reader("v").state
+    st = h.df.reader("v").state
     assert st.mean_item_size > 0
     assert abs(st.memory_bytes - _measured(st)) <= 0.1 * _measured(st)
     assert not h.check_states()  # each key's row count kept as counted from its rows
@@ -57,7 +57,7 @@ def test_the_accounted_bytes_follow_rows_that_grow() -> None:
     h = _harness(rng, 40, 20, 2_000)
     keys = [(k,) for k in range(20)]
     h.lookup("v", keys)
-    st = h.df._reader("v").state
+    st = h.df.reader("v").state
     before = st.memory_bytes
     old = h.model.rows_at("t", h.model.lsn)
     for i in range(0, len(old), 100):  # each write: 100 short rows out, 100 wide rows in

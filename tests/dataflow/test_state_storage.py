@@ -15,7 +15,7 @@ def _reader():
     h.table("t", [("k", "BIGINT"), ("v", "BIGINT")], [(1, 10), (1, 11), (2, 20)])
     h.view("v", VIEW)
     assert_exact(h, "v", [(1,), (2,)], h.lookup("v", [(1,), (2,)]))
-    return h, h.df._reader("v").state
+    return h, h.df.reader("v").state
 
 
 def test_a_retraction_of_a_row_never_stored_is_an_anomaly_kept_until_cancelled() -> None:

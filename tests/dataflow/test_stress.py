@@ -205,7 +205,7 @@ def _reader(
 ) -> None:
     rng = random.Random(seed)
     last_lsn = 0
-    views = [v for v in KEYS]
+    views = list(KEYS)
     with server.client(timeout=READ_BOUND) as c:
         while not stop.is_set():
             view = rng.choice(views)
@@ -227,7 +227,7 @@ def _reader(
                     errors.append(f"LSN went backwards for a client: {min(lsns)} after {last_lsn}")
                 # (One lookup_many is answered at one LSN unless its keys keep being evicted
                 # under memory pressure before they can all be read; each is still exact.)
-                last_lsn = max(last_lsn, max(lsns))
+                last_lsn = max(last_lsn, *lsns)
                 for key, res in results.items():
                     with lock:
                         rec.read(

@@ -88,7 +88,7 @@ def _resumed(h: Harness, view: str, keys: list[tuple], from_lsn: int) -> Holder:
     """A subscription resuming from ``from_lsn`` (its client holds the rows as of then),
     registered as ``Dataflow.subscribe`` does, with the start rows from the oracle (the
     model has no Spark to read them as of ``from_lsn``)."""
-    reader = h.df._reader(view)
+    reader = h.df.reader(view)
     start = {k: h.expected(view, k, from_lsn) for k in keys}  # as a read presents them
     sub = Subscription(h.df.subscriptions, reader, keys, start, 10_000)
     h.ex.call(lambda: h.df.subscriptions.add(sub, None)).result()
@@ -176,7 +176,7 @@ def test_subscribers_hold_the_views_answer_at_every_lsn_they_are_told(
         assert sum(hd.events for hd in holders) > 2 * len(holders)
         for view in keys:  # a key nobody subscribes to any more is not logged
             want = {k for hd in holders if hd.view == view for k in hd.sub.keys}
-            assert set(h.df._reader(view).state.watched_keys()) == want, view
+            assert set(h.df.reader(view).state.watched_keys()) == want, view
         stats = h.df.stats()
         assert stats["subscriptions"] == 8 and stats["subscribed_keys"] == 16 + len(
             {k for hd in holders if hd.view == "vals" for k in hd.sub.keys})
@@ -184,7 +184,7 @@ def test_subscribers_hold_the_views_answer_at_every_lsn_they_are_told(
             assert stats.get("memory_evictions", 0) > 0
             pinned = h.ex.evictor.pins
             for hd in holders:
-                st = h.df._reader(hd.view).state
+                st = h.df.reader(hd.view).state
                 assert all((st.sid, k) in pinned for k in hd.sub.keys)
         assert not h.errors, h.errors
     finally:
@@ -230,7 +230,7 @@ def test_a_key_with_an_anomaly_is_streamed_as_a_read_presents_it() -> None:
         hd = Holder(h, "vals", h.df.subscribe("vals", [(1,)]))
         h.settle()
         hd.drain()
-        st = h.df._reader("vals").state
+        st = h.df.reader("vals").state
 
         def held() -> Counter:
             return hd.rows[(1,)]

@@ -106,7 +106,7 @@ def test_a_write_does_not_make_a_key_recent() -> None:
     """Keys filled in the order 0, 1, 2, then key 0 written to: under memory pressure the
     least recently *read* key (0) goes first, not key 1."""
     h = _count_view()
-    reader = h.df._reader("v").state
+    reader = h.df.reader("v").state
     for k in range(3):
         _exact(h, "v", [(k,)])
     h.model.write("t", inserts=[(0, 99)])
@@ -120,7 +120,7 @@ def test_a_write_does_not_make_a_key_recent() -> None:
 
 def test_a_read_makes_a_key_recent() -> None:
     h = _count_view()
-    reader = h.df._reader("v").state
+    reader = h.df.reader("v").state
     for k in range(3):
         _exact(h, "v", [(k,)])
     _exact(h, "v", [(0,)])  # a hit (lock-free: counted at the next packet)

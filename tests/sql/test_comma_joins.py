@@ -49,7 +49,7 @@ def test_three_way_comma_join_joined_out_of_from_order(server, uniq):
                     rows.remove(r)
                 c.delete(t, gone)
                 new = [make[t]() for _ in range(3)]
-                rows += new
+                rows.extend(new)
                 c.insert(t, new)
             if step == 1:
                 c.evict(f"{uniq}v", (2,))

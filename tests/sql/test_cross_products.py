@@ -66,7 +66,7 @@ def test_cross_products_stay_exact_under_writes_on_both_sides(server, uniq):
                     rows.remove(r)
                 c.delete(names[t], gone)
                 new = [_row(t, rng) for _ in range(3)]
-                rows += new
+                rows.extend(new)
                 c.insert(names[t], new)
             if step == 1:
                 for view, _, keys in views:

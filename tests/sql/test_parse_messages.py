@@ -24,10 +24,10 @@ INTERNALS = ("sqlglot", "<class", "Token", "SENTINEL", "Required keyword")
 
 @pytest.mark.parametrize("sql, _, expected", CASES, ids=[c[0] for c in CASES])
 def test_statement_errors_name_the_problem(sql, _, expected):
-    from partialflow.server.engine import parse_statement  # the engine's entry point
+    from partialflow.server.statements import parse  # the engine's entry point
 
     with pytest.raises(InvalidArgument) as info:
-        parse_statement(sql)
+        parse(sql)
     message = str(info.value)
     assert expected in message, message
     assert not any(word in message for word in INTERNALS), message

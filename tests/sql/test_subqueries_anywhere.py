@@ -113,7 +113,7 @@ def test_subqueries_in_expressions_stay_exact_under_writes(server, uniq):
                 if gone:
                     c.delete(names[t], gone)
                 new = [_row(t, rng) for _ in range(4)]
-                rows += new
+                rows.extend(new)
                 c.insert(names[t], new)
         assert not bad, "\n".join(bad[:10])
         assert checks >= 4 * len(VIEWS)

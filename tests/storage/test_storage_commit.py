@@ -144,7 +144,7 @@ def test_concurrent_updates_race_indexer_and_flusher(make_store) -> None:
                 )
                 st.write("t", [(t, "x", float(i), True)] * 2)
                 st.write("t", deletes=[(t, "x", float(i), True)])
-            final.update({k: "v39" for k in keys})
+            final.update(dict.fromkeys(keys, "v39"))
         except BaseException as e:  # surfaced below
             errors.append(e)
 

@@ -21,7 +21,7 @@ def _visits_index(server, uniq: str) -> tuple[str, State]:
         c.execute(
             f"CREATE VIEW {uniq}m AS SELECT category, MAX(length) AS m FROM {info} JOIN {visit} "
             f"ON {info}.product = {visit}.product WHERE category = ? GROUP BY category")
-    join = server.engine.dataflow._reader(f"{uniq}m").state.below[0].node.parents[0]  # π, γ
+    join = server.engine.dataflow.reader(f"{uniq}m").state.below[0].node.parents[0]  # π, γ
     while not join.sides:
         join = join.parents[0]
     return visit, next(st for st in join.sides.values() if st.mode == "miss")

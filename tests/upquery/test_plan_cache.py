@@ -60,7 +60,7 @@ def _rows(df) -> Counter:
 
 
 def _grouped_state(server, view):
-    return server.engine.dataflow._reader(view).state.below[0]
+    return server.engine.dataflow.reader(view).state.below[0]
 
 
 def test_a_kept_plan_answers_as_the_fills_own_plan_at_each_snapshot(server, uniq):

@@ -20,18 +20,18 @@ from pyspark.sql import types as T
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "operators"))
 
-from harness import Harness  # noqa: E402
+from harness import Harness
 
-from partialflow.operators.aggregate import Aggregate, AggSpec  # noqa: E402
-from partialflow.operators.base import Operator  # noqa: E402
-from partialflow.operators.distinct import Distinct  # noqa: E402
-from partialflow.operators.expressions import compile_expr  # noqa: E402
-from partialflow.operators.filter import Filter  # noqa: E402
-from partialflow.operators.join import Join  # noqa: E402
-from partialflow.operators.project import Project  # noqa: E402
-from partialflow.operators.topk import TopK  # noqa: E402
-from partialflow.operators.union import Union  # noqa: E402
-from partialflow.server.upquery.operator_plans import compile_output, compile_state  # noqa: E402
+from partialflow.operators.aggregate import Aggregate, AggSpec
+from partialflow.operators.base import Operator
+from partialflow.operators.distinct import Distinct
+from partialflow.operators.expressions import compile_expr
+from partialflow.operators.filter import Filter
+from partialflow.operators.join import Join
+from partialflow.operators.project import Project
+from partialflow.operators.topk import TopK
+from partialflow.operators.union import Union
+from partialflow.server.upquery.operator_plans import compile_output, compile_state
 
 # Input rows: (g: string, k: bigint, v: bigint, f: double, s: string)
 SCHEMA = T.StructType([

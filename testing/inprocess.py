@@ -53,13 +53,13 @@ class InProcessServer:
 
     def wait_applied(self, lsn: int, timeout: float = 600.0) -> float:
         """Block until the dataflow has applied ``lsn``; returns the monotonic time then."""
-        assert self.engine is not None and self.engine.dataflow is not None, "not started"
+        assert self.engine is not None, "not started"
         self.engine.dataflow.executor.wait_for(lsn, time.monotonic() + timeout)
         return time.monotonic()
 
     def view_counters(self, view: str) -> dict[str, int]:
         """A view's hits, misses and upqueries (lock-free hits are drained first)."""
-        assert self.engine is not None and self.engine.dataflow is not None, "not started"
+        assert self.engine is not None, "not started"
         c = self.engine.dataflow.stats()["views"][view]
         return {"hits": c["hits"], "misses": c["misses"], "upqueries": c["upqueries"]}
 
