@@ -4,12 +4,13 @@ Public interface (other packages code against exactly these names)::
 
     from partialflow.server.storage import (
         Storage, Snapshot, TableSchema, Column, ColumnType, WriteRecord, normalize_type,
+        TableChange, TxRecord,
     )
 """
 
 from __future__ import annotations
 
-from partialflow.server.storage.record import WriteRecord
+from partialflow.server.storage.record import TableChange, TxRecord, WriteRecord
 from partialflow.server.storage.schema import (
     COLUMN_TYPES,
     Column,
@@ -27,7 +28,9 @@ __all__ = [
     "ColumnType",
     "Snapshot",
     "Storage",
+    "TableChange",
     "TableSchema",
+    "TxRecord",
     "WriteRecord",
     "check_identifier",
     "normalize_type",
