@@ -50,6 +50,7 @@ __all__ = [
     "Result",
     "Snapshot",
     "Subscription",
+    "Transaction",
     "Unauthenticated",
     "Unavailable",
 ]

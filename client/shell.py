@@ -91,10 +91,37 @@ def run_script(client: Any, text: str, out: TextIO, err: TextIO) -> int:
     statements, rest = split_statements(text)
     if rest.strip() and not _is_blank(rest):
         statements.append(rest.strip())  # the last statement may omit its ';'
-    for sql in statements:
+    for sql in group_transactions(statements):
         if not run_statement(client, sql, out, err):
             return 1
     return 0
+
+
+_BEGIN = ("BEGIN", "START TRANSACTION", "BEGIN TRANSACTION", "BEGIN WORK")
+_END = ("COMMIT", "END", "ROLLBACK", "ABORT", "COMMIT WORK", "ROLLBACK WORK")
+
+
+def group_transactions(statements: list[str]) -> list[str]:
+    """Statements with each ``BEGIN`` ... ``COMMIT``/``ROLLBACK`` block joined into one
+    script: the server runs a block as one write (a block left open runs as it is, and
+    the server says it lacks its COMMIT)."""
+    out: list[str] = []
+    block: list[str] | None = None
+    for sql in statements:
+        word = " ".join(sql.rstrip(";").upper().split())
+        if block is None:
+            if word in _BEGIN:
+                block = [sql.rstrip(";")]
+            else:
+                out.append(sql)
+            continue
+        block.append(sql.rstrip(";"))
+        if word in _END:
+            out.append("; ".join(block))
+            block = None
+    if block is not None:
+        out.append("; ".join(block))
+    return out
 
 
 class _History:

@@ -68,6 +68,7 @@ from partialflow.server.dataflow.runner import UpqueryRunner
 from partialflow.server.dataflow.state import State, StateAccess
 from partialflow.server.dataflow.stats import Stats
 from partialflow.server.errors import DeadlineExceeded
+from partialflow.server.storage.record import TxRecord
 
 if TYPE_CHECKING:
     from partialflow.server.dataflow.subscriptions import SubscriptionManager
@@ -119,6 +120,11 @@ class Executor:
         # Change subscriptions: fed the reader keys each packet changed (subscriptions.py).
         # Set by the facade (the manager reads views' plans, above this module).
         self.subscriptions: SubscriptionManager | None = None
+        # While a transaction over several tables propagates: its deltas dropped at holes,
+        # per (state, fill key). An index fill started later in the same packet reads the
+        # snapshot before the transaction and must replay them (joinmiss.py).
+        self.in_tx = False
+        self.tx_dropped: dict[tuple[State, Row], list[Delta]] = {}
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self, threaded: bool = True) -> None:
@@ -241,7 +247,9 @@ class Executor:
             self.lsn_changed.notify_all()
 
     def _handle(self, packet: Packet) -> None:
-        if isinstance(packet, (Write, WriteRun)):
+        if isinstance(packet, Write) and isinstance(packet.record, TxRecord):
+            self._apply_tx(packet.record)
+        elif isinstance(packet, (Write, WriteRun)):
             records = packet.records if isinstance(packet, WriteRun) else [packet.record]
             table, lsn = records[0].table, records[-1].lsn
             deltas: list[Delta] = []
@@ -266,6 +274,30 @@ class Executor:
             except Exception as e:
                 packet.future.set_exception(e)
         # Tick: nothing to apply; after_packet issues what was waiting for its window.
+
+    def _apply_tx(self, tx: TxRecord) -> None:
+        """A transaction: every table's deltas go up the graph in one propagation, so each
+        node sees them all in this packet (no read, subscription or checkpoint comes between
+        them). A node fed by two of its tables takes them one input at a time, in input
+        order, each against the other input's side as it is then: a join computes
+        dA x B + A' x dB (A' = A + dA), the change of A x B exactly."""
+        items: Items = []
+        for rec in tx.changes:
+            self.bounds.on_write(rec.table, rec.rows, rec.diffs)
+            base = self.graph.bases.get(rec.table)
+            if base is not None and base.children:
+                deltas: list[Delta] = list(zip(rec.rows, rec.diffs, strict=True))
+                items.extend((c, i, deltas) for c, i in base.children)
+        if items:
+            self.in_tx = len(tx.changes) > 1
+            try:
+                self._propagate(items, tx.lsn)
+            finally:
+                self.in_tx = False
+                self.tx_dropped = {}
+        self.applied_lsn = tx.lsn
+        self.stats.count("writes_applied")
+        self.stats.count("transactions_applied")
 
     def after_packet(self) -> None:
         """End of a packet: account and republish what changed, keep the memory limit,
@@ -492,8 +524,11 @@ class Executor:
         """Apply a rows state's deltas: to a filled key's bucket, held by a pending key's
         fill (LSN > its snapshot), dropped at a hole. By fill key: one check and one size
         update per key; keys have separate buckets and each key's deltas keep their order."""
-        if st.holds_nothing():
-            return  # every key is a hole: each delta would be dropped there
+        if st.holds_nothing():  # every key is a hole: each delta would be dropped there
+            if self.in_tx:
+                for fk, batch in by_group(deltas, st.fill_key_of_row).items():
+                    self.tx_dropped.setdefault((st, fk), []).extend(batch)
+            return
         scope = self._scope
         # Only a reader's changed keys are listed (to be republished): sizes are the
         # state's own, and a write does not move a key in the LRU.
@@ -513,6 +548,8 @@ class Executor:
                 if fill is not None and lsn > fill.lsn:
                     for d in batch:
                         fill.hold(HeldRows(lsn, fk, st, d))
+                elif fill is None and self.in_tx:
+                    self.tx_dropped.setdefault((st, fk), []).extend(batch)
             return
         by_fk = by_group(deltas, st.fill_key_of_row)
         for fk, batch in by_fk.items():

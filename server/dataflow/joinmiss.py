@@ -20,6 +20,13 @@ update is not live). In order:
    (``Executor.changes``: not a key whose content has it already, such as one pending on
    a fill from a snapshot at or after ``lsn``); an evict-on-miss index then fills the key
    it missed (``join_misses``).
+
+A transaction over several tables is one packet at one LSN, so an index fill it starts
+reads the snapshot before it, which lacks the transaction's changes that already went
+through in this packet; those that reached the missed key were dropped at its hole. The
+executor keeps them (``Executor.tx_dropped``) and the new fill holds them first, so its
+replay applies them before the held update: the update meets the side as the transaction's
+earlier changes left it (dA x B, then A' x dB).
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from typing import TYPE_CHECKING
 
 from partialflow.operators.base import Miss
 from partialflow.server.dataflow.downstream import downstream_keys
-from partialflow.server.dataflow.fill import HeldJoin, capture
+from partialflow.server.dataflow.fill import HeldJoin, HeldRows, capture
 
 if TYPE_CHECKING:
     from partialflow.server.dataflow.executor import Executor
@@ -51,6 +58,9 @@ def on_join_miss(ex: Executor, node: Node, pidx: int, m: Miss, lsn: int) -> None
         if ex.bounds.fill_if_empty(side, fk, ex.changed):
             return
         fill = ex.fills.index_fill(side, fk)
+        if fill is not None:
+            for d in ex.tx_dropped.pop((side, fk), ()):
+                fill.hold(HeldRows(lsn, fk, side, d))
     if fill is not None and lsn > fill.lsn and (side.mode != "miss" or fill.index):
         # Hold the computation until the missed side is filled, with the other sides' rows
         # as they are now (the replay must not see their later updates, which reach the
