@@ -177,6 +177,7 @@ def run_shell(
         file=out,
     )
     buffer, mark = "", history.length()
+    block: list[str] | None = None  # an open BEGIN ... block's statements
     try:
         while True:
             try:
@@ -204,7 +205,17 @@ def run_shell(
                 )
                 mark = history.length()
             for sql in statements:
-                run_statement(client, sql, out, err)
+                word = " ".join(sql.rstrip(";").upper().split())
+                if block is None and word in _BEGIN:
+                    block = [sql]  # held until COMMIT/ROLLBACK: the block is one write
+                    print("BEGIN (sent as one write at COMMIT)", file=out)
+                elif block is not None:
+                    block.append(sql)
+                    if word in _END:
+                        run_statement(client, "; ".join(block), out, err)
+                        block = None
+                else:
+                    run_statement(client, sql, out, err)
                 out.flush()
             if _is_blank(buffer):
                 buffer = ""

@@ -174,9 +174,10 @@ def test_cross_table_invariant_never_breaks(server, uniq, monkeypatch) -> None:
         start = time.monotonic()
         rng = random.Random(7)
         try:
-            # At least 4 s and 12 rounds of reads (fills are slow on a busy machine).
-            while (time.monotonic() - start < 4.0 or seen["reads"] < 12) and \
-                    time.monotonic() - start < 60:
+            # At least 4 s, 12 rounds of reads and some subscription events (fills are
+            # slow on a busy machine).
+            while (time.monotonic() - start < 4.0 or seen["reads"] < 12
+                   or seen["events"] < 20) and time.monotonic() - start < 90:
                 g = rng.choice(groups)
                 r = c.lookup(view, g)
                 if r.rows != [(g, TOTAL)]:
