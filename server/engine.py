@@ -327,13 +327,10 @@ class Engine:
         dataflow as one update, so no read, subscription or checkpoint sees a part of it;
         returns its LSN. Without rows it is refused (InvalidArgument) unless it carries
         ``upstream_lsn``, which is stored with it (``storage.upstream_lsn``)."""
-        changes = list(changes) if isinstance(changes, (list, tuple)) else changes
-        if upstream_lsn is None and isinstance(changes, list) and not any(
+        if upstream_lsn is None and isinstance(changes, (list, tuple)) and not any(
             isinstance(c, TableChange) and (c.inserts or c.deletes) for c in changes
         ):
-            what = (f"write to {changes[0].table}" if len(changes) == 1
-                    and isinstance(changes[0], TableChange) else "transaction")
-            raise InvalidArgument(f"{what}: a write needs at least one row")
+            raise InvalidArgument("transaction: a write needs at least one row")
         return self._write_many(changes, upstream_lsn)
 
     def _write_many(self, changes: Sequence[TableChange], upstream_lsn: int | None) -> int:

@@ -95,7 +95,7 @@ def run(engine: Engine, sql: str) -> ResultSet:
             as_of = engine.storage.last_lsn
         if isinstance(node, exp.Delete):
             table, rows = _picked(engine, node, "DELETE", as_of)
-            changes.append(TableChange(table, deletes=[r[: len(r)] for r in rows]))
+            changes.append(TableChange(table, deletes=rows))
         elif isinstance(node, exp.Update):
             changes.append(_update(engine, node, as_of))
         else:

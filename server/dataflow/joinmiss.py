@@ -23,10 +23,11 @@ update is not live). In order:
 
 A transaction over several tables is one packet at one LSN, so an index fill it starts
 reads the snapshot before it, which lacks the transaction's changes that already went
-through in this packet; those that reached the missed key were dropped at its hole. The
-executor keeps them (``Executor.tx_dropped``) and the new fill holds them first, so its
-replay applies them before the held update: the update meets the side as the transaction's
-earlier changes left it (dA x B, then A' x dB).
+through in this packet; those that reached the missed key were dropped at its hole (and
+at the holes below it that the fill fills too). The executor keeps them
+(``Executor.tx_dropped``) and the new fill holds them first, so its replay applies them
+before the held update: the update meets the side as the transaction's earlier changes left
+it (dA x B, then A' x dB).
 """
 
 from __future__ import annotations
@@ -58,9 +59,13 @@ def on_join_miss(ex: Executor, node: Node, pidx: int, m: Miss, lsn: int) -> None
         if ex.bounds.fill_if_empty(side, fk, ex.changed):
             return
         fill = ex.fills.index_fill(side, fk)
-        if fill is not None:
-            for d in ex.tx_dropped.pop((side, fk), ()):
-                fill.hold(HeldRows(lsn, fk, side, d))
+        if fill is not None and ex.tx_dropped:
+            # The side and the holes below it that the fill fills at ``fk``, lowest first
+            # (the order the transaction's deltas reached them in).
+            for x, k in [sk for sk in ex.tx_dropped if sk[1] == fk]:
+                if fk in fill.keys.get(x, ()):
+                    for d in ex.tx_dropped.pop((x, k)):
+                        fill.hold(HeldRows(lsn, fk, x, d))
     if fill is not None and lsn > fill.lsn and (side.mode != "miss" or fill.index):
         # Hold the computation until the missed side is filled, with the other sides' rows
         # as they are now (the replay must not see their later updates, which reach the

@@ -7,13 +7,15 @@ between them (money gone from one table and not yet in the other)."""
 
 from __future__ import annotations
 
+import io
 import random
 import threading
 import time
 
 import pytest
+from helpers import InProcessServer
 
-from partialflow.client import Change, Client, Heartbeat, InvalidArgument, NotFound, Snapshot
+from partialflow.client import Change, Client, Heartbeat, InvalidArgument, NotFound, Snapshot, shell
 from partialflow.client.stress.hooks import TestHooks
 
 GROUPS, PER_GROUP, START = 3, 6, 100  # accounts per group, each holding START in a and in b
@@ -88,6 +90,14 @@ def test_sql_transaction_block(server, uniq) -> None:
         with pytest.raises(InvalidArgument, match="ends with COMMIT or ROLLBACK"):
             c.execute(f"BEGIN; DELETE FROM {u}b")
         assert c.stats()["storage"]["lsn"] == before + 1
+        # The command line's script runner sends a block as one statement: one write.
+        out, err = io.StringIO(), io.StringIO()
+        script = (f"BEGIN;\nINSERT INTO {u}a VALUES (300, 0, 1);\n"
+                  f"INSERT INTO {u}b VALUES (300, 1);\nCOMMIT;\n")
+        assert shell.run_script(c, script, out, err) == 0, err.getvalue()
+        assert c.stats()["storage"]["lsn"] == before + 2
+        assert c.query(f"SELECT COUNT(*) FROM {u}b WHERE id = 300", as_of=before + 2).rows \
+            == [(1,)]
 
 
 def _transfers(address: str, u: str, me: int, threads: int, stop: threading.Event,
@@ -99,7 +109,7 @@ def _transfers(address: str, u: str, me: int, threads: int, stop: threading.Even
     a = {i: START for i in mine}
     b = {i: START for i in mine}
     try:
-        with Client(address, timeout=120) as c:
+        with Client(address, timeout=600) as c:
             while not stop.is_set():
                 x = rng.choice(mine)
                 y = rng.choice([i for i in mine if i % GROUPS == x % GROUPS])
@@ -114,10 +124,20 @@ def _transfers(address: str, u: str, me: int, threads: int, stop: threading.Even
         errors.append(err)
 
 
-def test_cross_table_invariant_never_breaks(server, uniq, monkeypatch) -> None:
+@pytest.fixture
+def server_own(tmp_path, spark):
+    """A server of this test's own: the slow fault it switches on must not slow other
+    tests, and fills on a busy CI machine may take long (generous upquery timeout)."""
+    srv = InProcessServer(tmp_path / "data", spark, upquery_timeout=600).start()
+    yield srv
+    srv.stop()
+
+
+def test_cross_table_invariant_never_breaks(server_own, uniq, monkeypatch) -> None:
     u = uniq
+    server = server_own
     monkeypatch.setenv("PARTIALFLOW_TEST_HOOKS", "1")
-    with server.client(timeout=120) as c:
+    with server.client(timeout=600) as c:
         view = _accounts(c, u)
         groups = list(range(GROUPS))
         assert {k: r.rows for k, r in c.lookup_many(view, groups).items()} == {
@@ -138,7 +158,7 @@ def test_cross_table_invariant_never_breaks(server, uniq, monkeypatch) -> None:
                 errors.append(err)
 
         def subscribe() -> None:
-            with Client(server.address, timeout=120) as s, s.subscribe(view, groups) as sub:
+            with Client(server.address, timeout=600) as s, s.subscribe(view, groups) as sub:
                 rows: dict[tuple, list] = {}
                 pending: int | None = None
 
@@ -151,6 +171,7 @@ def test_cross_table_invariant_never_breaks(server, uniq, monkeypatch) -> None:
                     if isinstance(ev, Snapshot):
                         rows = {k: list(v) for k, v in ev.rows.items()}
                         check(ev.lsn)
+                        ready.set()
                     elif isinstance(ev, Change):
                         if pending is not None and ev.lsn != pending:
                             check(pending)  # every change of the previous LSN is in
@@ -166,8 +187,10 @@ def test_cross_table_invariant_never_breaks(server, uniq, monkeypatch) -> None:
                     if stop.is_set():
                         return
 
+        ready = threading.Event()
         sub_thread = threading.Thread(target=subscriber, daemon=True)
         sub_thread.start()
+        assert ready.wait(300), f"no subscription snapshot: {errors}"
         for w in writers:
             w.start()
         hooks = TestHooks(c)
