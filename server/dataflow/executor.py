@@ -120,11 +120,10 @@ class Executor:
         # Change subscriptions: fed the reader keys each packet changed (subscriptions.py).
         # Set by the facade (the manager reads views' plans, above this module).
         self.subscriptions: SubscriptionManager | None = None
-        # While a transaction over several tables propagates: its deltas dropped at holes,
-        # per (state, fill key). An index fill started later in the same packet reads the
-        # snapshot before the transaction and must replay them (joinmiss.py).
+        # While a transaction over several tables propagates: no index fill may start (it
+        # would read the snapshot before the transaction, without its parts applied
+        # already; joinmiss.py).
         self.in_tx = False
-        self.tx_dropped: dict[tuple[State, Row], list[Delta]] = {}
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self, threaded: bool = True) -> None:
@@ -294,7 +293,6 @@ class Executor:
                 self._propagate(items, tx.lsn)
             finally:
                 self.in_tx = False
-                self.tx_dropped = {}
         self.applied_lsn = tx.lsn
         self.stats.count("writes_applied")
         self.stats.count("transactions_applied")
@@ -524,11 +522,8 @@ class Executor:
         """Apply a rows state's deltas: to a filled key's bucket, held by a pending key's
         fill (LSN > its snapshot), dropped at a hole. By fill key: one check and one size
         update per key; keys have separate buckets and each key's deltas keep their order."""
-        if st.holds_nothing():  # every key is a hole: each delta would be dropped there
-            if self.in_tx:
-                for fk, batch in by_group(deltas, st.fill_key_of_row).items():
-                    self.tx_dropped.setdefault((st, fk), []).extend(batch)
-            return
+        if st.holds_nothing():
+            return  # every key is a hole: each delta would be dropped there
         scope = self._scope
         # Only a reader's changed keys are listed (to be republished): sizes are the
         # state's own, and a write does not move a key in the LRU.
@@ -548,8 +543,6 @@ class Executor:
                 if fill is not None and lsn > fill.lsn:
                     for d in batch:
                         fill.hold(HeldRows(lsn, fk, st, d))
-                elif fill is None and self.in_tx:
-                    self.tx_dropped.setdefault((st, fk), []).extend(batch)
             return
         by_fk = by_group(deltas, st.fill_key_of_row)
         for fk, batch in by_fk.items():
