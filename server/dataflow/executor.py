@@ -121,7 +121,7 @@ class Executor:
         # Set by the facade (the manager reads views' plans, above this module).
         self.subscriptions: SubscriptionManager | None = None
         # While a transaction over several tables propagates: no index fill may start (it
-        # would read the snapshot before the transaction, without its parts applied
+        # would read the snapshot before the transaction, without its tables applied
         # already; joinmiss.py).
         self.in_tx = False
 
@@ -275,24 +275,26 @@ class Executor:
         # Tick: nothing to apply; after_packet issues what was waiting for its window.
 
     def _apply_tx(self, tx: TxRecord) -> None:
-        """A transaction: every table's deltas go up the graph in one propagation, so each
-        node sees them all in this packet (no read, subscription or checkpoint comes between
-        them). A node fed by two of its tables takes them one input at a time, in input
-        order, each against the other input's side as it is then: a join computes
-        dA x B + A' x dB (A' = A + dA), the change of A x B exactly."""
-        items: Items = []
+        """A transaction: every table's deltas go through the graph in this one packet, so
+        no read, subscription or checkpoint comes between them. They go one table after
+        the other, each all the way up, as writes at the same LSN would: a join fed by two
+        of the tables takes dA against B as it was, then dB against A' = A + dA, which is
+        exactly the change of A x B; and what a pending fill holds comes in that order too,
+        so its replay meets the same states. (In one propagation a node's later input
+        would be held before the earlier one's output above it.) No index fill may start
+        meanwhile (``in_tx``, joinmiss.py): it would read the snapshot before the
+        transaction, without the tables already applied."""
         for rec in tx.changes:
             self.bounds.on_write(rec.table, rec.rows, rec.diffs)
-            base = self.graph.bases.get(rec.table)
-            if base is not None and base.children:
-                deltas: list[Delta] = list(zip(rec.rows, rec.diffs, strict=True))
-                items.extend((c, i, deltas) for c, i in base.children)
-        if items:
-            self.in_tx = len(tx.changes) > 1
-            try:
-                self._propagate(items, tx.lsn)
-            finally:
-                self.in_tx = False
+        self.in_tx = len(tx.changes) > 1
+        try:
+            for rec in tx.changes:
+                base = self.graph.bases.get(rec.table)
+                if base is not None and base.children:
+                    deltas: list[Delta] = list(zip(rec.rows, rec.diffs, strict=True))
+                    self._propagate([(c, i, deltas) for c, i in base.children], tx.lsn)
+        finally:
+            self.in_tx = False
         self.applied_lsn = tx.lsn
         self.stats.count("writes_applied")
         self.stats.count("transactions_applied")
