@@ -31,6 +31,7 @@ from partialflow.client.errors import (
     Unauthenticated,
     Unavailable,
 )
+from partialflow.client.transaction import Transaction
 
 __all__ = [
     "AlreadyExists",
@@ -50,6 +51,7 @@ __all__ = [
     "Result",
     "Snapshot",
     "Subscription",
+    "Transaction",
     "Unauthenticated",
     "Unavailable",
 ]

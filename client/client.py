@@ -28,6 +28,7 @@ from partialflow.client.answers import (
 )
 from partialflow.client.errors import InvalidArgument, PartialflowError, error_from_rpc
 from partialflow.client.subscription import CaughtUp, Change, Heartbeat, Snapshot, Subscription
+from partialflow.client.transaction import Transaction
 from partialflow.proto import partialflow_pb2 as pb
 from partialflow.proto import partialflow_pb2_grpc as pb_grpc
 from partialflow.proto.values import (
@@ -208,6 +209,12 @@ class Client:
         except (TypeError, ValueError) as err:
             raise InvalidArgument(f"table {table}: {err}") from None
         return self._call(self._stub.Write, request).lsn
+
+    def transaction(self) -> Transaction:
+        """Changes to several tables as one write: ``with client.transaction() as tx:
+        tx.insert(...); tx.delete(...); tx.update(...)``. Sent when the block ends (one LSN,
+        ``tx.lsn``; all or nothing); an exception in the block sends nothing."""
+        return Transaction(lambda request: self._call(self._stub.Transact, request).lsn)
 
     def insert(self, table: str, rows: Iterable[Sequence[Any]]) -> int:
         """Insert ``rows`` (sequences of values in column order) atomically; returns the LSN."""

@@ -91,10 +91,37 @@ def run_script(client: Any, text: str, out: TextIO, err: TextIO) -> int:
     statements, rest = split_statements(text)
     if rest.strip() and not _is_blank(rest):
         statements.append(rest.strip())  # the last statement may omit its ';'
-    for sql in statements:
+    for sql in group_transactions(statements):
         if not run_statement(client, sql, out, err):
             return 1
     return 0
+
+
+_BEGIN = ("BEGIN", "START TRANSACTION", "BEGIN TRANSACTION", "BEGIN WORK")
+_END = ("COMMIT", "END", "ROLLBACK", "ABORT", "COMMIT WORK", "ROLLBACK WORK")
+
+
+def group_transactions(statements: list[str]) -> list[str]:
+    """Statements with each ``BEGIN`` ... ``COMMIT``/``ROLLBACK`` block joined into one
+    script: the server runs a block as one write (a block left open runs as it is, and
+    the server says it lacks its COMMIT)."""
+    out: list[str] = []
+    block: list[str] | None = None
+    for sql in statements:
+        word = " ".join(sql.rstrip(";").upper().split())
+        if block is None:
+            if word in _BEGIN:
+                block = [sql.rstrip(";")]
+            else:
+                out.append(sql)
+            continue
+        block.append(sql.rstrip(";"))
+        if word in _END:
+            out.append("; ".join(block))
+            block = None
+    if block is not None:
+        out.append("; ".join(block))
+    return out
 
 
 class _History:
@@ -150,6 +177,7 @@ def run_shell(
         file=out,
     )
     buffer, mark = "", history.length()
+    block: list[str] | None = None  # an open BEGIN ... block's statements
     try:
         while True:
             try:
@@ -177,7 +205,17 @@ def run_shell(
                 )
                 mark = history.length()
             for sql in statements:
-                run_statement(client, sql, out, err)
+                word = " ".join(sql.rstrip(";").upper().split())
+                if block is None and word in _BEGIN:
+                    block = [sql]  # held until COMMIT/ROLLBACK: the block is one write
+                    print("BEGIN (sent as one write at COMMIT)", file=out)
+                elif block is not None:
+                    block.append(sql)
+                    if word in _END:
+                        run_statement(client, "; ".join(block), out, err)
+                        block = None
+                else:
+                    run_statement(client, sql, out, err)
                 out.flush()
             if _is_blank(buffer):
                 buffer = ""

@@ -111,6 +111,12 @@ class WriteResponse(_message.Message):
     lsn: int
     def __init__(self, lsn: _Optional[int] = ...) -> None: ...
 
+class TransactRequest(_message.Message):
+    __slots__ = ("changes",)
+    CHANGES_FIELD_NUMBER: _ClassVar[int]
+    changes: _containers.RepeatedCompositeFieldContainer[WriteRequest]
+    def __init__(self, changes: _Optional[_Iterable[_Union[WriteRequest, _Mapping]]] = ...) -> None: ...
+
 class LookupRequest(_message.Message):
     __slots__ = ("view", "keys", "min_lsn", "key_batch")
     VIEW_FIELD_NUMBER: _ClassVar[int]
@@ -303,18 +309,20 @@ class UpqueryScanStats(_message.Message):
     def __init__(self, upqueries: _Optional[int] = ..., row_groups_scanned: _Optional[int] = ..., row_groups_total: _Optional[int] = ..., bytes_scanned: _Optional[int] = ..., bytes_total: _Optional[int] = ..., row_groups_scanned_per_upquery: _Optional[float] = ..., row_groups_total_per_upquery: _Optional[float] = ..., bytes_scanned_per_upquery: _Optional[float] = ..., bytes_total_per_upquery: _Optional[float] = ..., last: _Optional[_Union[UpqueryScan, _Mapping]] = ...) -> None: ...
 
 class WriteStats(_message.Message):
-    __slots__ = ("writes", "rows_inserted", "rows_deleted", "loads", "load_rows")
+    __slots__ = ("writes", "rows_inserted", "rows_deleted", "loads", "load_rows", "transactions")
     WRITES_FIELD_NUMBER: _ClassVar[int]
     ROWS_INSERTED_FIELD_NUMBER: _ClassVar[int]
     ROWS_DELETED_FIELD_NUMBER: _ClassVar[int]
     LOADS_FIELD_NUMBER: _ClassVar[int]
     LOAD_ROWS_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTIONS_FIELD_NUMBER: _ClassVar[int]
     writes: int
     rows_inserted: int
     rows_deleted: int
     loads: int
     load_rows: int
-    def __init__(self, writes: _Optional[int] = ..., rows_inserted: _Optional[int] = ..., rows_deleted: _Optional[int] = ..., loads: _Optional[int] = ..., load_rows: _Optional[int] = ...) -> None: ...
+    transactions: int
+    def __init__(self, writes: _Optional[int] = ..., rows_inserted: _Optional[int] = ..., rows_deleted: _Optional[int] = ..., loads: _Optional[int] = ..., load_rows: _Optional[int] = ..., transactions: _Optional[int] = ...) -> None: ...
 
 class VerifierMismatch(_message.Message):
     __slots__ = ("view", "key", "lsn", "served", "expected")

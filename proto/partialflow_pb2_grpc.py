@@ -44,6 +44,11 @@ class PartialflowStub:
                 request_serializer=partialflow_dot_proto_dot_partialflow__pb2.WriteRequest.SerializeToString,
                 response_deserializer=partialflow_dot_proto_dot_partialflow__pb2.WriteResponse.FromString,
                 _registered_method=True)
+        self.Transact = channel.unary_unary(
+                '/partialflow.v1.Partialflow/Transact',
+                request_serializer=partialflow_dot_proto_dot_partialflow__pb2.TransactRequest.SerializeToString,
+                response_deserializer=partialflow_dot_proto_dot_partialflow__pb2.WriteResponse.FromString,
+                _registered_method=True)
         self.Lookup = channel.unary_unary(
                 '/partialflow.v1.Partialflow/Lookup',
                 request_serializer=partialflow_dot_proto_dot_partialflow__pb2.LookupRequest.SerializeToString,
@@ -113,6 +118,13 @@ class PartialflowServicer:
 
     def Write(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Transact(self, request, context):
+        """Changes to several tables as one write: one LSN (WriteResponse.lsn).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -198,6 +210,11 @@ def add_PartialflowServicer_to_server(servicer, server):
             'Write': grpc.unary_unary_rpc_method_handler(
                     servicer.Write,
                     request_deserializer=partialflow_dot_proto_dot_partialflow__pb2.WriteRequest.FromString,
+                    response_serializer=partialflow_dot_proto_dot_partialflow__pb2.WriteResponse.SerializeToString,
+            ),
+            'Transact': grpc.unary_unary_rpc_method_handler(
+                    servicer.Transact,
+                    request_deserializer=partialflow_dot_proto_dot_partialflow__pb2.TransactRequest.FromString,
                     response_serializer=partialflow_dot_proto_dot_partialflow__pb2.WriteResponse.SerializeToString,
             ),
             'Lookup': grpc.unary_unary_rpc_method_handler(
@@ -309,6 +326,33 @@ class Partialflow:
             target,
             '/partialflow.v1.Partialflow/Write',
             partialflow_dot_proto_dot_partialflow__pb2.WriteRequest.SerializeToString,
+            partialflow_dot_proto_dot_partialflow__pb2.WriteResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Transact(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/partialflow.v1.Partialflow/Transact',
+            partialflow_dot_proto_dot_partialflow__pb2.TransactRequest.SerializeToString,
             partialflow_dot_proto_dot_partialflow__pb2.WriteResponse.FromString,
             options,
             channel_credentials,

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from partialflow.server import sqltx
 from partialflow.server.bulk import BulkLoader, Progress
 from partialflow.server.checkpoint import CheckpointStore
 from partialflow.server.config import Config
@@ -46,7 +47,7 @@ from partialflow.server.statements import (
     Statement,
     parse,
 )
-from partialflow.server.storage import Storage
+from partialflow.server.storage import Storage, TableChange
 from partialflow.server.upquery import SparkUpqueryRunner
 from partialflow.server.verifier import Verifier, attach_verifier
 
@@ -164,7 +165,10 @@ class Engine:
     # -- statements -------------------------------------------------------------------
 
     def execute(self, sql: str) -> ResultSet:
-        """Run one statement (DDL, INSERT ... VALUES, EXPLAIN or SELECT); return its result."""
+        """Run one statement (DDL, INSERT ... VALUES, EXPLAIN or SELECT) and return its result,
+        or a transaction block (``BEGIN; ...; COMMIT``: ``sqltx``) as one write."""
+        if sqltx.is_transaction(sql):
+            return sqltx.run(self, sql)
         return self.run(parse(sql))
 
     def run(self, stmt: Statement) -> ResultSet:
@@ -278,11 +282,30 @@ class Engine:
     def _write(
         self, table: str, inserts: Sequence[Sequence[Any]], deletes: Sequence[Sequence[Any]]
     ) -> int:
-        lsn = self.storage.write(table, inserts=inserts, deletes=deletes)
+        return self._write_many([TableChange(table, inserts, deletes)], None)
+
+    def write_many(
+        self, changes: Sequence[TableChange], *, upstream_lsn: int | None = None
+    ) -> int:
+        """One transaction: ``changes`` to any tables, applied in order at one LSN, durable
+        as one unit, checked as a whole (any error refuses all of it), and applied by the
+        dataflow as one update, so no read, subscription or checkpoint sees a part of it;
+        returns its LSN. Without rows it is refused (InvalidArgument) unless it carries
+        ``upstream_lsn``, which is stored with it (``storage.upstream_lsn``)."""
+        if upstream_lsn is None and isinstance(changes, (list, tuple)) and not any(
+            isinstance(c, TableChange) and (c.inserts or c.deletes) for c in changes
+        ):
+            raise InvalidArgument("transaction: a write needs at least one row")
+        return self._write_many(changes, upstream_lsn)
+
+    def _write_many(self, changes: Sequence[TableChange], upstream_lsn: int | None) -> int:
+        lsn = self.storage.write_many(changes, upstream_lsn=upstream_lsn)
         with self._writes_lock:
             self._writes["writes"] += 1
-            self._writes["rows_inserted"] += len(inserts)
-            self._writes["rows_deleted"] += len(deletes)
+            if len({c.table.lower() for c in changes}) > 1:
+                self._writes["transactions"] += 1
+            self._writes["rows_inserted"] += sum(len(c.inserts) for c in changes)
+            self._writes["rows_deleted"] += sum(len(c.deletes) for c in changes)
         return lsn
 
     def load(

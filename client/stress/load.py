@@ -43,6 +43,9 @@ def _failure(what: str, err: Exception, start: float, end: float, detail: str) -
     return Failure(what, kind, str(err).splitlines()[0] if str(err) else "", start, end, detail)
 
 
+TX_SHARE = 0.3  # of a writer's writes, the share sent as transactions over several tables
+
+
 class Writer:
     """One writer thread's share of the data and its next write."""
 
@@ -114,16 +117,29 @@ def run_writer(
     gap = 1.0 / rate if rate > 0 else 0.0
     next_at = time.monotonic()
     while not stop.is_set():
-        table, op, deletes, inserts = writer.next_write()
+        # Some writes are transactions of 2-3 writes (to different tables or the same one):
+        # one LSN for all, recorded as one Write per part, so the views over two tables
+        # (joins, MAX and AVG over them) are checked at LSNs that hold them whole.
+        n = writer.rng.randint(2, 3) if writer.rng.random() < TX_SHARE else 1
+        parts = [writer.next_write() for _ in range(n)]
         start = journal.now()
         try:
-            lsn = client.write(prefix + table, inserts=inserts, deletes=deletes)
+            if n == 1:
+                table, _, deletes, inserts = parts[0]
+                lsn = client.write(prefix + table, inserts=inserts, deletes=deletes)
+            else:
+                tx = client.transaction()
+                for table, _, deletes, inserts in parts:
+                    tx.write(prefix + table, inserts=inserts, deletes=deletes)
+                lsn = tx.commit()
         except Exception as err:  # noqa: BLE001 - every failure is a finding for the report
-            journal.failures.append(_failure("write", err, start, journal.now(), f"{op} {table}"))
+            what = " + ".join(f"{op} {table}" for table, op, _, _ in parts)
+            journal.failures.append(_failure("write", err, start, journal.now(), what))
             # The model assumed success; after a failed write it no longer knows the table,
             # so this writer stops rather than record writes that may not match.
             return
-        journal.writes.append(Write(lsn, table, op, deletes, inserts))
+        for table, op, deletes, inserts in parts:
+            journal.writes.append(Write(lsn, table, op, deletes, inserts))
         if gap:
             next_at = max(next_at + gap, time.monotonic() - 1.0)
             stop.wait(max(0.0, next_at - time.monotonic()))

@@ -41,6 +41,7 @@ from partialflow.server.app.answers import (
 )
 from partialflow.server.engine import Engine, ResultSet
 from partialflow.server.errors import InvalidArgument, PartialflowError, ResourceExhausted
+from partialflow.server.storage import TableChange
 from partialflow.server.storage.space import is_space_error
 
 log = logging.getLogger(__name__)
@@ -281,6 +282,20 @@ class PartialflowServicer(pb_grpc.PartialflowServicer):
         )
         lsn = self.engine.write(request.table, inserts=inserts, deletes=deletes)
         return pb.WriteResponse(lsn=lsn)
+
+    @_rpc
+    def Transact(
+        self, request: pb.TransactRequest, context: grpc.ServicerContext
+    ) -> pb.WriteResponse:
+        changes = []
+        for i, c in enumerate(request.changes):
+            where = f"changes[{i}]"
+            inserts = take_rows(c.inserts, c.insert_batch if c.HasField("insert_batch") else None,
+                                f"{where}.inserts", f"{where}.insert_batch")
+            deletes = take_rows(c.deletes, c.delete_batch if c.HasField("delete_batch") else None,
+                                f"{where}.deletes", f"{where}.delete_batch")
+            changes.append(TableChange(c.table, inserts, deletes))
+        return pb.WriteResponse(lsn=self.engine.write_many(changes))
 
     @_rpc
     def Lookup(self, request: pb.LookupRequest, context: grpc.ServicerContext) -> pb.LookupResponse:

@@ -68,6 +68,7 @@ from partialflow.server.dataflow.runner import UpqueryRunner
 from partialflow.server.dataflow.state import State, StateAccess
 from partialflow.server.dataflow.stats import Stats
 from partialflow.server.errors import DeadlineExceeded
+from partialflow.server.storage.record import TxRecord
 
 if TYPE_CHECKING:
     from partialflow.server.dataflow.subscriptions import SubscriptionManager
@@ -119,6 +120,10 @@ class Executor:
         # Change subscriptions: fed the reader keys each packet changed (subscriptions.py).
         # Set by the facade (the manager reads views' plans, above this module).
         self.subscriptions: SubscriptionManager | None = None
+        # While a transaction over several tables propagates: no index fill may start (it
+        # would read the snapshot before the transaction, without its tables applied
+        # already; joinmiss.py).
+        self.in_tx = False
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self, threaded: bool = True) -> None:
@@ -241,7 +246,9 @@ class Executor:
             self.lsn_changed.notify_all()
 
     def _handle(self, packet: Packet) -> None:
-        if isinstance(packet, (Write, WriteRun)):
+        if isinstance(packet, Write) and isinstance(packet.record, TxRecord):
+            self._apply_tx(packet.record)
+        elif isinstance(packet, (Write, WriteRun)):
             records = packet.records if isinstance(packet, WriteRun) else [packet.record]
             table, lsn = records[0].table, records[-1].lsn
             deltas: list[Delta] = []
@@ -266,6 +273,31 @@ class Executor:
             except Exception as e:
                 packet.future.set_exception(e)
         # Tick: nothing to apply; after_packet issues what was waiting for its window.
+
+    def _apply_tx(self, tx: TxRecord) -> None:
+        """A transaction: every table's deltas go through the graph in this one packet, so
+        no read, subscription or checkpoint comes between them. They go one table after
+        the other, each all the way up, as writes at the same LSN would: a join fed by two
+        of the tables takes dA against B as it was, then dB against A' = A + dA, which is
+        exactly the change of A x B; and what a pending fill holds comes in that order too,
+        so its replay meets the same states. (In one propagation a node's later input
+        would be held before the earlier one's output above it.) No index fill may start
+        meanwhile (``in_tx``, joinmiss.py): it would read the snapshot before the
+        transaction, without the tables already applied."""
+        for rec in tx.changes:
+            self.bounds.on_write(rec.table, rec.rows, rec.diffs)
+        self.in_tx = len(tx.changes) > 1
+        try:
+            for rec in tx.changes:
+                base = self.graph.bases.get(rec.table)
+                if base is not None and base.children:
+                    deltas: list[Delta] = list(zip(rec.rows, rec.diffs, strict=True))
+                    self._propagate([(c, i, deltas) for c, i in base.children], tx.lsn)
+        finally:
+            self.in_tx = False
+        self.applied_lsn = tx.lsn
+        self.stats.count("writes_applied")
+        self.stats.count("transactions_applied")
 
     def after_packet(self) -> None:
         """End of a packet: account and republish what changed, keep the memory limit,

@@ -29,6 +29,7 @@ from partialflow.server.dataflow.packets import (
     WriteRun,
     can_join,
 )
+from partialflow.server.storage.record import TxRecord
 
 # The most rows one run may hold: a bigger run holds the executor's lock longer.
 COALESCE_ROWS = 16384
@@ -86,13 +87,14 @@ class Inbox:
         if not self._ordered:
             return None
         packet = self._ordered.popleft()
-        if not isinstance(packet, Write):
-            return packet
+        if not isinstance(packet, Write) or isinstance(packet.record, TxRecord):
+            return packet  # a transaction is applied alone, as it is
         queued = self._ordered
         run, rows = [packet.record], len(packet.record.rows)
         while queued:
             nxt = queued[0]
-            if not (isinstance(nxt, Write) and can_join(run, rows, nxt.record, self.coalesce_rows)):
+            if not (isinstance(nxt, Write) and not isinstance(nxt.record, TxRecord)
+                    and can_join(run, rows, nxt.record, self.coalesce_rows)):
                 break
             queued.popleft()
             run.append(nxt.record)

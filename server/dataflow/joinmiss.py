@@ -15,11 +15,18 @@ update is not live). In order:
    pending on, in trace mode), with the other sides' rows captured as they are now, and
    an index fill gates the downstream keys it reaches, so their readers wait for one
    small fill rather than being evicted again and again.
-4. Otherwise (a replayed update, or index fills backing off after failures) the update
+4. Otherwise (a replayed update, a transaction over several tables, or index fills backing
+   off after failures) the update
    can't be computed: it is dropped and every downstream key it could change is evicted
    (``Executor.changes``: not a key whose content has it already, such as one pending on
    a fill from a snapshot at or after ``lsn``); an evict-on-miss index then fills the key
    it missed (``join_misses``).
+
+A transaction over several tables is one packet at one LSN, so an index fill started while
+it propagates could only read the snapshot before it, which lacks the transaction's changes
+that already went through in this packet and were dropped at the holes that fill would
+fill. Such a miss takes outcome 4 instead: the fill it wants starts after the packet, at a
+snapshot that has the whole transaction, and the keys the update could change are evicted.
 """
 
 from __future__ import annotations
@@ -43,7 +50,7 @@ def on_join_miss(ex: Executor, node: Node, pidx: int, m: Miss, lsn: int) -> None
     fill = side.pending_fill(fk)
     # The keys above the delta could reach: computed once, for whichever needs them.
     targets = downstream_keys(node, pidx, m.delta[0]) if side.mode == "miss" else None
-    if fill is None and side.mode == "miss" and lsn > ex.applied_lsn:
+    if fill is None and side.mode == "miss" and lsn > ex.applied_lsn and not ex.in_tx:
         assert targets is not None
         if not ex.fills.index.reaches_filled(targets):
             ex.stats.count("join_misses_dropped")

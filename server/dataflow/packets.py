@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class Write:
-    """A durable write's deltas (storage's WriteRecord: table, rows, diffs, lsn)."""
+    """A durable write's deltas (storage's WriteRecord: table, rows, diffs, lsn; or a
+    TxRecord: one WriteRecord per table of a transaction, all at its LSN, applied whole)."""
 
     record: Any
 

@@ -128,7 +128,7 @@ class Commands:
             # DDL is not transactional: it applies at once, also inside BEGIN (drivers
             # that always open a transaction send CREATE there), but not after writes the
             # transaction holds back, which it could reorder.
-            if s.txn is not None and word != "EXPLAIN" and (s.txn.inserts or s.txn.deletes):
+            if s.txn is not None and word != "EXPLAIN" and s.txn.changes:
                 raise refused(f"{word} after writes in a transaction block is not supported; "
                               "COMMIT first (DDL applies at once, it is not transactional)")
             return s.router.ddl(sql, params)
@@ -145,9 +145,9 @@ class Commands:
             return Answer(None, [], "COMMIT")
         if txn.failed:
             return Answer(None, [], "ROLLBACK")
-        if txn.table is not None and (txn.inserts or txn.deletes):
+        if txn.changes:
             try:
-                lsn = s.engine.write(txn.table, inserts=txn.inserts, deletes=txn.deletes)
+                lsn = s.engine.write_many(txn.changes)
             except NotFound as err:
                 raise PgError(SERIALIZATION_FAILURE, f"the transaction's rows changed before "
                               f"COMMIT ({err}); nothing was written, retry it") from None

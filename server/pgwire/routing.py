@@ -29,6 +29,7 @@ from partialflow.server.pgwire.errors import SERIALIZATION_FAILURE, PgError, ref
 from partialflow.server.pgwire.schema import Schema
 from partialflow.server.pgwire.sqltext import bind_params, first_words, param_count
 from partialflow.server.sql.parse import parse_statements
+from partialflow.server.storage import TableChange
 
 _NO_FROM = re.compile(r"^\s*SELECT\b(?!.*\bFROM\b)", re.I | re.S)
 _MARK = "\ue000"  # a parameter's stand-in while a template is analysed
@@ -47,21 +48,15 @@ class Answer:
 
 @dataclass
 class Txn:
-    """An open transaction's buffered writes: one table's inserts and deletes."""
+    """An open transaction's buffered writes, in statement order: committed as one write
+    over every table they touch (``Engine.write_many``)."""
 
-    table: str | None = None
-    inserts: list[tuple] = field(default_factory=list)
-    deletes: list[tuple] = field(default_factory=list)
+    changes: list[TableChange] = field(default_factory=list)
     failed: bool = False
 
     def add(self, table: str, inserts: list[tuple], deletes: list[tuple]) -> None:
-        if self.table is not None and self.table.lower() != table.lower():
-            raise refused(
-                f"a transaction writes one table: this one already writes {self.table}, not "
-                f"{table} (multi-table transactions are not supported yet; COMMIT first)")
-        self.table = table
-        self.inserts += inserts
-        self.deletes += deletes
+        if inserts or deletes:
+            self.changes.append(TableChange(table, inserts, deletes))
 
 
 @dataclass

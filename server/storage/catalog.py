@@ -123,9 +123,12 @@ class TableManifest:
 class Manifest:
     flushed_lsn: int = 0
     tables: dict[int, TableManifest] = field(default_factory=dict)  # keyed by table id
+    # The largest upstream LSN of the writes up to flushed_lsn (None: none carried one);
+    # the log holds those of later writes.
+    upstream_lsn: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "version": 1,
             "flushed_lsn": self.flushed_lsn,
             "tables": {
@@ -133,6 +136,9 @@ class Manifest:
                 for tid, tm in self.tables.items()
             },
         }
+        if self.upstream_lsn is not None:
+            out["upstream_lsn"] = self.upstream_lsn
+        return out
 
     @staticmethod
     def load(path: Path) -> Manifest:
@@ -140,6 +146,8 @@ class Manifest:
         if obj is None:
             return Manifest()
         m = Manifest(flushed_lsn=int(obj["flushed_lsn"]))
+        if obj.get("upstream_lsn") is not None:
+            m.upstream_lsn = int(obj["upstream_lsn"])
         for tid, t in obj["tables"].items():
             m.tables[int(tid)] = TableManifest(
                 int(t["horizon"]), tuple(SegmentMeta.from_json(s) for s in t["segments"])
@@ -153,4 +161,5 @@ class Manifest:
         return Manifest(
             self.flushed_lsn,
             {tid: TableManifest(tm.horizon, tm.segments) for tid, tm in self.tables.items()},
+            self.upstream_lsn,
         )

@@ -42,6 +42,8 @@ def flush(st: Storage) -> None:
             work = {tid: list(ents) for tid, ents in st._mem.items() if ents}
             entries = st._catalog.by_id()
             clustering = dict(st._clustering)
+            # Upstream LSNs of the writes flushed now go into the manifest with them.
+            marks = [u for lsn, u in st._upstream_marks if lsn <= upto]
         new_segs: dict[int, SegmentMeta] = {}
         written: list[Path] = []
         try:
@@ -66,6 +68,8 @@ def flush(st: Storage) -> None:
                 tm = manifest.tables.setdefault(tid, TableManifest())
                 tm.segments = tm.segments + (seg,)
             manifest.flushed_lsn = upto
+            if marks:
+                manifest.upstream_lsn = max(marks + [manifest.upstream_lsn or 0])
             manifest.save(st.manifest_path)
         except BaseException:
             # E.g. the disk filled: the memtable and the log still hold every row, so
@@ -74,6 +78,7 @@ def flush(st: Storage) -> None:
             raise
         with st._lock:
             st._manifest = manifest
+            st._upstream_marks = [(lsn, u) for lsn, u in st._upstream_marks if lsn > upto]
             for tid, ents in work.items():
                 mem = st._mem.get(tid)
                 if mem is not None:

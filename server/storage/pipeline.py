@@ -51,7 +51,7 @@ def committer_loop(st: Storage) -> None:
             subscribers = st._subscribers
         parts: list[Any] = []
         for p in group:
-            parts.extend(encode_frame(p.lsn, p.table_id, p.ndel, p.body))
+            parts.extend(encode_frame(p.lsn, p.table_id, p.ndel, p.body, p.more))
         last = group[-1].lsn
         try:
             with st._wal_lock:
@@ -75,9 +75,15 @@ def committer_loop(st: Storage) -> None:
                     st._mem_bytes += p.batch.nbytes
             st._pending_bytes -= sum(len(p.body) + FRAME_OVERHEAD for p in group)
             st._durable_lsn = last
+            for p in group:
+                if p.upstream is not None:
+                    st._upstream_marks.append((p.lsn, p.upstream))
+                    st._upstream_lsn = max(st._upstream_lsn or 0, p.upstream)
             if st._mem_rows >= st.flush_rows:
                 st._bg_cv.notify_all()
         for p in group:
+            if p.record is None:
+                continue  # not the last part of its write: the last carries its record
             for fn in subscribers:
                 try:
                     fn(p.record)

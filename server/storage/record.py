@@ -26,8 +26,33 @@ class WriteRecord:
     diffs: tuple[int, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class TableChange:
+    """One table's part of a transaction (``Storage.write_many``): its deletes apply before
+    its inserts, as in ``write()``; several changes to one table apply in their order."""
+
+    table: str
+    inserts: Sequence[Sequence[Any]] = ()
+    deletes: Sequence[Sequence[Any]] = ()
+
+
+@dataclass(frozen=True)
+class TxRecord:
+    """One committed transaction over several tables (or none): every change has the
+    transaction's LSN, one WriteRecord per table (its net effect: deletes, then inserts).
+    Subscribers get it instead of a WriteRecord when a write touched other than one table;
+    they must apply it whole."""
+
+    lsn: int
+    changes: tuple[WriteRecord, ...]
+    upstream_lsn: int | None = None
+
+
 class Pending:
-    """A write that has its LSN but is not yet in the WAL (and then not yet in the index)."""
+    """One table's part of a write that has its LSN but is not yet in the WAL (and then not
+    yet in the index). A write over several tables is several Pendings with one LSN, queued
+    together; only the last carries the record subscribers get, and every one but the last
+    is marked ``more`` (its log frame says another frame of the same write follows)."""
 
     __slots__ = (
         "lsn",
@@ -40,6 +65,8 @@ class Pending:
         "del_h",
         "ins_k",
         "del_k",
+        "more",
+        "upstream",
         "error",
     )
 
@@ -50,7 +77,7 @@ class Pending:
         ndel: int,
         body: pa.Buffer,
         batch: pa.RecordBatch,
-        record: WriteRecord,
+        record: WriteRecord | TxRecord | None,
         ins_h: list[bytes],
         del_h: list[bytes],
         ins_k: list[bytes],
@@ -66,6 +93,8 @@ class Pending:
         self.del_h = del_h
         self.ins_k = ins_k  # primary-key digests inserted / deleted (empty for bag tables)
         self.del_k = del_k
+        self.more = False  # another Pending of the same write follows in the queue
+        self.upstream: int | None = None  # the upstream LSN stored with this write
         # Set (under the storage lock) when the write is refused after it took its LSN:
         # the log ran out of space while appending its group. Its writer raises it.
         self.error: Exception | None = None

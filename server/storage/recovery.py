@@ -28,11 +28,11 @@ import pyarrow.parquet as pq
 
 from partialflow.server.errors import FailedPrecondition
 from partialflow.server.storage.catalog import Catalog, Manifest, TableEntry
-from partialflow.server.storage.record import WriteRecord
+from partialflow.server.storage.record import TxRecord, WriteRecord
 from partialflow.server.storage.rowindex import RowIndex, key_hashes, row_hashes
 from partialflow.server.storage.schema import DIFF_COL
 from partialflow.server.storage.segments import MemEntry
-from partialflow.server.storage.wal import WalWriter, read_wal
+from partialflow.server.storage.wal import META_TABLE, WalWriter, decode_upstream, read_wal
 
 if TYPE_CHECKING:
     from partialflow.server.storage.store import Storage
@@ -82,6 +82,8 @@ def recover(st: Storage) -> None:
     first_wal: int | None = None
     index_ok = True
     replayed = 0
+    upstream = manifest.upstream_lsn
+    marks: list[tuple[int, int]] = []  # (LSN, upstream LSN) of writes not yet flushed
     index.begin()
     for rec in read_wal(st.wal_dir):
         if first_wal is None:
@@ -93,6 +95,13 @@ def recover(st: Storage) -> None:
                 )
             index_ok = rec.lsn <= index_lsn + 1
         last = max(last, rec.lsn)
+        if rec.table_id == META_TABLE:
+            u = decode_upstream(rec.body)
+            if u is not None:
+                upstream = max(upstream or 0, u)
+                if rec.lsn > flushed:
+                    marks.append((rec.lsn, u))
+            continue
         entry = by_id.get(rec.table_id)
         if entry is None or (rec.lsn <= flushed and rec.lsn <= index_lsn):
             continue  # a dropped table's write, or one already everywhere
@@ -122,6 +131,8 @@ def recover(st: Storage) -> None:
     st._mem = mem
     st._mem_rows = sum(e.batch.num_rows for ents in mem.values() for e in ents)
     st._mem_bytes = sum(e.batch.nbytes for ents in mem.values() for e in ents)
+    st._upstream_lsn = upstream
+    st._upstream_marks = marks
     st._next_lsn = last + 1
     st._durable_lsn = st._acked_lsn = st._index_lsn = last
     st._wal = WalWriter(st.wal_dir, last + 1, st.wal_rotate_bytes)
@@ -224,14 +235,18 @@ def _remove(p: Path) -> None:
         p.unlink(missing_ok=True)
 
 
-def log_records(st: Storage, after: int, upto: int) -> Iterator[WriteRecord]:
-    """The writes after ``after`` up to ``upto`` as WriteRecords, read back from the log
+def log_records(st: Storage, after: int, upto: int) -> Iterator[WriteRecord | TxRecord]:
+    """The writes after ``after`` up to ``upto`` as subscribers got them (a WriteRecord, or a
+    TxRecord for a write over several tables or none), read back from the log
     (``Storage.log_records``). Their rows decode exactly as the committer delivered them:
-    deletes first, then inserts, from the same Arrow batch."""
+    per table, deletes first, then inserts, from the same Arrow batch."""
     with st._lock:
         by_id = st._catalog.by_id()
     schemas = {tid: (e.schema.name, e.schema.arrow_schema()) for tid, e in by_id.items()}
     expect = after + 1
+    parts: list[WriteRecord] = []
+    tables = 0  # frames of the current write that name a table (dropped ones too)
+    upstream: int | None = None
     for rec in read_wal(st.wal_dir, repair=False):
         if rec.lsn <= after:
             continue
@@ -241,13 +256,24 @@ def log_records(st: Storage, after: int, upto: int) -> Iterator[WriteRecord]:
             raise FailedPrecondition(
                 f"the write-ahead log no longer holds LSN {expect} (it starts at {rec.lsn})"
             )
+        if rec.table_id == META_TABLE:
+            upstream = decode_upstream(rec.body)
+        else:
+            tables += 1
+            named = schemas.get(rec.table_id)
+            if named is not None:  # else a dropped table's write
+                rows = batch_rows(decode_batch(rec.body, named[1]))
+                diffs = (-1,) * rec.ndel + (1,) * (len(rows) - rec.ndel)
+                parts.append(WriteRecord(rec.lsn, named[0], tuple(rows), diffs))
+        if rec.more:
+            continue
         expect = rec.lsn + 1
-        named = schemas.get(rec.table_id)
-        if named is None:
-            continue  # a dropped table's write
-        rows = batch_rows(decode_batch(rec.body, named[1]))
-        diffs = (-1,) * rec.ndel + (1,) * (len(rows) - rec.ndel)
-        yield WriteRecord(rec.lsn, named[0], tuple(rows), diffs)
+        if tables == 1:
+            if parts:
+                yield parts[0]
+        else:
+            yield TxRecord(rec.lsn, tuple(parts), upstream)
+        parts, tables, upstream = [], 0, None
     if expect <= upto:
         raise FailedPrecondition(
             f"the write-ahead log ends before LSN {expect}; LSNs up to {upto} are durable"

@@ -31,23 +31,26 @@ from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from partialflow.server.errors import (
-    AlreadyExists,
     FailedPrecondition,
     InvalidArgument,
     NotFound,
     ResourceExhausted,
 )
-from partialflow.server.storage import maintenance, pipeline, recovery
-from partialflow.server.storage.catalog import Catalog, Manifest, TableEntry
+from partialflow.server.storage import admission, maintenance, pipeline, recovery
+from partialflow.server.storage.catalog import Catalog, Manifest
 from partialflow.server.storage.ddl import CatalogOps
 from partialflow.server.storage.query import parse_select, run_query
-from partialflow.server.storage.record import Overlay, Pending, WriteRecord, fmt_key
-from partialflow.server.storage.rowindex import RowIndex, key_hashes, row_hashes
-from partialflow.server.storage.schema import coerce_rows
+from partialflow.server.storage.record import (
+    Overlay,
+    Pending,
+    TableChange,
+    TxRecord,
+    WriteRecord,
+)
+from partialflow.server.storage.rowindex import RowIndex
 from partialflow.server.storage.segments import ROW_GROUP_ROWS, MemEntry
 from partialflow.server.storage.snapshot import Snapshot, TableView
 from partialflow.server.storage.space import Backoff, DiskSpace, fmt_bytes, is_space_error
@@ -56,7 +59,6 @@ from partialflow.server.storage.wal import FRAME_OVERHEAD, WalWriter, list_wal_f
 log = logging.getLogger(__name__)
 
 _lsn_key = attrgetter("lsn")
-
 
 class Storage(CatalogOps):
     """Durable base tables. See the module docstring and server/storage/README.md.
@@ -128,6 +130,8 @@ class Storage(CatalogOps):
         self._index: RowIndex | None = None
         self._wal: WalWriter | None = None
         self._next_lsn = 1
+        self._upstream_lsn: int | None = None  # see the upstream_lsn property
+        self._upstream_marks: list[tuple[int, int]] = []  # (LSN, upstream LSN) not flushed
         self._durable_lsn = 0  # in WAL, memtable and delivered to subscribers
         self._acked_lsn = 0  # writers up to here have been woken
         self._index_lsn = 0
@@ -135,7 +139,7 @@ class Storage(CatalogOps):
         self._overlays: dict[int, Overlay] = {}  # per table id: accepted, not yet indexed
         self._mem: dict[int, list[MemEntry]] = {}
         self._mem_rows = 0
-        self._subscribers: list[Callable[[WriteRecord], None]] = []
+        self._subscribers: list[Callable[[WriteRecord | TxRecord], None]] = []
         self._pins: Counter[int] = Counter()
         self._file_refs: Counter[str] = Counter()
         self._obsolete: set[str] = set()
@@ -252,8 +256,9 @@ class Storage(CatalogOps):
             raise FailedPrecondition(f"storage is {self._state}")
 
     # ------------------------------------------------------------------ writes
-    def subscribe(self, fn: Callable[[WriteRecord], None]) -> None:
-        """Call ``fn`` with every new WriteRecord, in LSN order, from the committer thread,
+    def subscribe(self, fn: Callable[[WriteRecord | TxRecord], None]) -> None:
+        """Call ``fn`` with every new WriteRecord (a TxRecord for a write over several tables
+        or none), in LSN order, from the committer thread,
         after the record is durable and before its writer is acknowledged. Keep it fast."""
         with self._lock:
             self._subscribers = self._subscribers + [fn]
@@ -272,7 +277,7 @@ class Storage(CatalogOps):
                 return first
         return self.last_lsn + 1
 
-    def log_records(self, after: int, upto: int) -> Iterator[WriteRecord]:
+    def log_records(self, after: int, upto: int) -> Iterator[WriteRecord | TxRecord]:
         """The durable writes with ``after`` < LSN <= ``upto``, in LSN order, read back
         from the log (records of tables dropped since are skipped). FailedPrecondition if
         the log no longer holds all of them."""
@@ -282,6 +287,12 @@ class Storage(CatalogOps):
     def last_lsn(self) -> int:
         """Highest durable LSN (0 for a fresh store)."""
         return self._durable_lsn
+
+    @property
+    def upstream_lsn(self) -> int | None:
+        """The largest ``upstream_lsn`` of any committed write (recovered at open from the
+        log and the manifest), None if no write carried one."""
+        return self._upstream_lsn
 
     def write(
         self,
@@ -295,35 +306,43 @@ class Storage(CatalogOps):
         an insert whose key exists after this batch's deletes is refused (AlreadyExists).
         Any error leaves the table unchanged.
         """
+        return self.write_many([TableChange(table, inserts, deletes)])
+
+    def write_many(
+        self, changes: Sequence[TableChange], *, upstream_lsn: int | None = None
+    ) -> int:
+        """Apply ``changes`` (to any tables, in order) as one write: one new LSN, durable as
+        one unit (all or nothing after a crash), delivered as one record; returns the LSN.
+
+        Each change is checked as ``write()`` checks it, against the tables as the earlier
+        changes leave them; any error refuses the whole write and changes nothing. Messages
+        of a write with several changes start "change N: ". ``upstream_lsn`` is stored in
+        the same commit (``Storage.upstream_lsn``). A write whose changes name one table
+        is delivered as a WriteRecord, any other as a TxRecord.
+        """
         self._check_open()
+        changes = admission.checked_changes(changes, upstream_lsn)
         with self._lock:
-            entry = self._entry(table)
-        schema = entry.schema
-        del_rows, del_cols = coerce_rows(schema, deletes, "delete row")
-        ins_rows, ins_cols = coerce_rows(schema, inserts, "row")
-        ins_h = row_hashes(ins_rows)
-        del_h = row_hashes(del_rows) if del_rows else []
-        pk = schema.primary_key
-        ins_k = key_hashes(ins_rows, schema) if pk else []
-        del_k = key_hashes(del_rows, schema) if pk and del_rows else []
-        arrays = [
-            pa.array(d + i, type=f.type)
-            for d, i, f in zip(del_cols, ins_cols, schema.arrow_schema(), strict=True)
+            entries = [self._entry(c.table) for c in changes]
+        many = len(changes) > 1
+        parts = [
+            admission.prepare(e, c.inserts, c.deletes, f"change {i}: " if many else "")
+            for i, (e, c) in enumerate(zip(entries, changes, strict=True))
         ]
-        batch = pa.RecordBatch.from_arrays(arrays, schema=schema.arrow_schema())
-        body = batch.serialize()
-        rows = tuple(del_rows) + tuple(ins_rows)
-        diffs = (-1,) * len(del_rows) + (1,) * len(ins_rows)
         # Read the committed index state the checks need *before* taking the lock, so writers
         # query sqlite in parallel; if the indexer commits meanwhile, read again under the lock
         # (the overlay only covers writes the index had not seen at the time of the read).
-        needs_index = bool(del_h) or bool(ins_k)
-        if needs_index:
-            seen_lsn = self._index_lsn
-            committed = self._read_index(entry, del_h, del_k, ins_k)
+        seen_lsn = self._index_lsn
+        for part in parts:
+            if part.needs_index:
+                part.committed = self._read_index(part)
+        by_table: dict[int, list[admission.Part]] = {}
+        for part in parts:
+            by_table.setdefault(part.entry.id, []).append(part)
+        # One frame per table: several changes to one table become their net effect.
+        nets = [(n, *admission.encode(n)) for n in map(admission.net, by_table.values())]
         space = self._space
         assert space is not None
-        frame = len(body) + FRAME_OVERHEAD
         free = space.free_bytes()
         with self._lock:
             # Backpressure: bound the rows accepted but not yet indexed (the overlay's size).
@@ -333,108 +352,51 @@ class Storage(CatalogOps):
             if free < 0:  # waited: measure again (a statvfs, cheap even under the lock)
                 free = space.free_bytes()
             self._check_open()
-            if entry.id not in self._live:
-                raise NotFound(f"table '{schema.name}' was dropped")
-            if needs_index and self._index_lsn != seen_lsn:
-                committed = self._read_index(entry, del_h, del_k, ins_k)
-            if del_h:
-                self._check_deletes(entry, del_rows, del_h, del_k, committed)
-            if ins_k:
-                self._check_keys(entry, ins_rows, ins_k, del_k, committed)
+            for e in entries:
+                if e.id not in self._live:
+                    raise NotFound(f"table '{e.schema.name}' was dropped")
+            local = admission.Local() if len(by_table) < len(parts) else None
+            for part in parts:
+                if self._index_lsn != seen_lsn and part.needs_index:
+                    part.committed = self._read_index(part)
+                admission.check(self._overlays, part, local)
+            lsn = self._next_lsn
+            pendings = admission.queue_entries(lsn, nets, upstream_lsn)
+            frames = sum(len(p.body) + FRAME_OVERHEAD for p in pendings)
             # Last, so a bad write is told what is wrong with it; before the LSN, so a
             # refused write leaves no trace.
-            space.check(free, frame, self._pending_bytes, self._mem_bytes)
-            lsn = self._next_lsn
+            space.check(free, frames, self._pending_bytes, self._mem_bytes)
             self._next_lsn += 1
-            record = WriteRecord(lsn, schema.name, rows, diffs)
-            p = Pending(
-                lsn, entry.id, len(del_rows), body, batch, record, ins_h, del_h, ins_k, del_k
-            )
-            ov = self._overlays.get(entry.id)
-            if ov is None:
-                ov = self._overlays[entry.id] = Overlay()
-            ov.add(p)
-            self._pending.append(p)
-            self._pending_bytes += frame
+            for p in pendings:
+                ov = self._overlays.get(p.table_id)
+                if ov is None and p.table_id != admission.META_TABLE:
+                    ov = self._overlays[p.table_id] = Overlay()
+                if ov is not None:
+                    ov.add(p)
+            self._pending.extend(pendings)
+            self._pending_bytes += frames
             self._work_cv.notify()
-            while self._acked_lsn < lsn and p.error is None:
+            last = pendings[-1]
+            while self._acked_lsn < lsn and last.error is None:
                 self._ack_cv.wait()
-            if p.error is not None:
-                raise p.error
+            if last.error is not None:
+                raise last.error
         return lsn
 
-    def _overlay_counts(self, tid: int, hashes: Sequence[bytes], keys: bool) -> dict[bytes, int]:
-        out: dict[bytes, int] = {}
-        ov = self._overlays.get(tid)
-        if ov is not None:
-            ov.counts(hashes, keys, out)
-        return out
-
-    def _read_index(
-        self, entry: TableEntry, del_h: list[bytes], del_k: list[bytes], ins_k: list[bytes]
-    ) -> dict[bytes, Any]:
+    def _read_index(self, part: admission.Part) -> dict[bytes, Any]:
         """Committed index entries the checks need: row digest -> copies for a bag table,
         key digest -> row digest for a keyed table."""
         assert self._index is not None
+        entry = part.entry
         try:
             if entry.schema.primary_key:
-                return self._index.key_rows(entry.id, list(set(del_k).union(ins_k)))
-            return self._index.counts(entry.id, list(set(del_h)))
+                return self._index.key_rows(entry.id, list(set(part.del_k).union(part.ins_k)))
+            return self._index.counts(entry.id, list(set(part.del_h)))
         except sqlite3.OperationalError:
             with self._lock:
                 if entry.id not in self._live:  # dropped while we read
                     raise NotFound(f"table '{entry.schema.name}' was dropped") from None
             raise
-
-    def _check_deletes(
-        self, entry: TableEntry, rows: list[tuple], hashes: list[bytes], keys: list[bytes],
-        committed: dict[bytes, Any],
-    ) -> None:
-        need = Counter(hashes)
-        uniq = list(need)
-        if entry.schema.primary_key:
-            # A keyed table holds a row iff its key maps to exactly this row's digest.
-            have = {h: 1 for h, k in zip(hashes, keys, strict=True) if committed.get(k) == h}
-        else:
-            have = committed
-        pending = self._overlay_counts(entry.id, uniq, keys=False)
-        for h, k in need.items():
-            n = have.get(h, 0) + pending.get(h, 0)
-            if n < k:
-                i = hashes.index(h)
-                name = entry.schema.name
-                if n <= 0:
-                    raise NotFound(
-                        f"table '{name}' delete row {i}: row {rows[i]!r} is not in the table"
-                    )
-                raise NotFound(
-                    f"table '{name}' delete row {i}: deletes {k} copies of {rows[i]!r} but the "
-                    f"table holds {n}"
-                )
-
-    def _check_keys(
-        self, entry: TableEntry, rows: list[tuple], ins_k: list[bytes], del_k: list[bytes],
-        committed: dict[bytes, Any],
-    ) -> None:
-        schema = entry.schema
-        if len(set(ins_k)) < len(ins_k):
-            seen: dict[bytes, int] = {}
-            for i, h in enumerate(ins_k):
-                if h in seen:
-                    raise AlreadyExists(
-                        f"table '{schema.name}' row {i}: primary key {fmt_key(schema, rows[i])} "
-                        f"appears twice in this batch (rows {seen[h]} and {i})"
-                    )
-                seen[h] = i
-        pending = self._overlay_counts(entry.id, ins_k, keys=True)
-        removed = set(del_k)
-        for i, h in enumerate(ins_k):
-            n = (h in committed) + pending.get(h, 0) - (h in removed)
-            if n > 0:
-                raise AlreadyExists(
-                    f"table '{schema.name}' row {i}: primary key {fmt_key(schema, rows[i])} "
-                    "already exists"
-                )
 
     # ------------------------------------------------------------------ reads
     def snapshot(self, lsn: int | None = None) -> Snapshot:

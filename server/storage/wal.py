@@ -1,7 +1,14 @@
 """Write-ahead log: framed, checksummed records in rotating files named by their first LSN.
 
 Frame:   <u32 payload length><u32 crc32(payload)><payload>
-Payload: <u64 lsn><u32 table id><u32 number of deletes><Arrow IPC record batch body>
+Payload: <u64 lsn><u32 table id | MORE><u32 number of deletes><Arrow IPC record batch body>
+
+A write over several tables (a transaction) is several frames with one LSN, one per table,
+all but the last with the MORE bit set in the table id; they are appended with one write()
+and one fdatasync. Reading treats them as one record: a group whose last frame is missing or
+damaged (a crash in the middle of the write) is cut off whole, like a torn single frame, so
+recovery finds a transaction all there or not at all. A frame for table ``META_TABLE`` carries
+no rows: its body is empty (a write with no table) or the write's upstream LSN (u64).
 
 The row data is an Arrow record batch (deletes first, then inserts) serialized without its
 schema; the schema is the table's, from the catalog, keyed by the table id. Arrow round-trips
@@ -28,6 +35,18 @@ _FRAME = struct.Struct("<II")
 _HEAD = struct.Struct("<QII")
 FRAME_OVERHEAD = _FRAME.size + _HEAD.size
 _MAX_PAYLOAD = 1 << 31
+MORE = 1 << 31  # in a frame's table id: the next frame belongs to the same write
+META_TABLE = MORE - 1  # table id of a frame that carries no rows (never a catalog id)
+_UPSTREAM = struct.Struct("<Q")
+
+
+def encode_upstream(upstream_lsn: int | None) -> bytes:
+    """The body of a META_TABLE frame."""
+    return b"" if upstream_lsn is None else _UPSTREAM.pack(upstream_lsn)
+
+
+def decode_upstream(body: bytes | memoryview) -> int | None:
+    return _UPSTREAM.unpack(body)[0] if len(body) == _UPSTREAM.size else None
 
 
 class WalFull(OSError):
@@ -38,9 +57,12 @@ def wal_file_name(first_lsn: int) -> str:
     return f"{first_lsn:020d}.log"
 
 
-def encode_frame(lsn: int, table_id: int, ndel: int, body: bytes | memoryview) -> list:
-    """One WAL frame as a list of buffers (for ``b"".join``: the body is never copied twice)."""
-    head = _HEAD.pack(lsn, table_id, ndel)
+def encode_frame(
+    lsn: int, table_id: int, ndel: int, body: bytes | memoryview, more: bool = False
+) -> list:
+    """One WAL frame as a list of buffers (for ``b"".join``: the body is never copied twice).
+    ``more``: another frame of the same write follows."""
+    head = _HEAD.pack(lsn, table_id | MORE if more else table_id, ndel)
     crc = zlib.crc32(body, zlib.crc32(head))
     return [_FRAME.pack(len(head) + len(body), crc), head, body]
 
@@ -51,6 +73,7 @@ class WalEntry:
     table_id: int
     ndel: int
     body: memoryview
+    more: bool = False  # the next entry is part of the same write (same LSN)
 
 
 def list_wal_files(wal_dir: Path) -> list[tuple[int, Path]]:
@@ -84,8 +107,12 @@ def read_wal(wal_dir: Path, repair: bool = True) -> Iterator[WalEntry]:
         view = memoryview(data)
         pos = 0
         expect = first
+        group: list[WalEntry] = []  # frames of a write whose last frame is not read yet
+        start = 0  # offset of the write being read
+        bad = None
         while pos < len(data):
-            bad = None
+            if not group:
+                start = pos
             if len(data) - pos < FRAME_OVERHEAD:
                 bad = "short frame header"
             else:
@@ -99,25 +126,35 @@ def read_wal(wal_dir: Path, repair: bool = True) -> Iterator[WalEntry]:
                     bad = "checksum mismatch"
             if bad is None:
                 lsn, table_id, ndel = _HEAD.unpack_from(data, pos + _FRAME.size)
-                if lsn != expect:
-                    bad = f"LSN {lsn} where {expect} was expected"
+                want = group[0].lsn if group else expect
+                if lsn != want:
+                    bad = f"LSN {lsn} where {want} was expected"
             if bad is not None:
-                if idx != len(files) - 1:
-                    raise FailedPrecondition(
-                        f"write-ahead log {path} is corrupt at offset {pos} ({bad}) and is not "
-                        "the newest log file; refusing to open (acknowledged writes would be lost)"
-                    )
-                if not repair:
-                    break
-                log.warning("truncating torn WAL tail of %s at offset %d (%s)", path, pos, bad)
+                break
+            entry = WalEntry(lsn, table_id & ~MORE, ndel, view[pos + FRAME_OVERHEAD : end],
+                             bool(table_id & MORE))
+            pos = end
+            group.append(entry)
+            if not entry.more:
+                yield from group
+                group = []
+                expect = lsn + 1
+        if bad is None and group:
+            bad = f"write at LSN {group[0].lsn} ends after {len(group)} of its frames"
+        if bad is not None:
+            if idx != len(files) - 1:
+                raise FailedPrecondition(
+                    f"write-ahead log {path} is corrupt at offset {start} ({bad}) and is not "
+                    "the newest log file; refusing to open (acknowledged writes would be lost)"
+                )
+            if repair:
+                # The whole write goes, not just its damaged frame: it was never
+                # acknowledged (that waits for the fsync of all its frames).
+                log.warning("truncating torn WAL tail of %s at offset %d (%s)", path, start, bad)
                 with open(path, "r+b") as f:
-                    f.truncate(pos)
+                    f.truncate(start)
                     f.flush()
                     os.fsync(f.fileno())
-                break
-            yield WalEntry(lsn, table_id, ndel, view[pos + FRAME_OVERHEAD : end])
-            expect = lsn + 1
-            pos = end
         prev_next = expect
 
 

@@ -440,6 +440,19 @@ def write_requests(draw: Any) -> pb.WriteRequest:
     return req
 
 
+@st.composite
+def transact_requests(draw: Any) -> pb.TransactRequest:
+    """Transactions of up to three writes' changes (to one table or several)."""
+    req = pb.TransactRequest()
+    for change in draw(st.lists(write_requests(), max_size=3)):
+        req.changes.add().CopyFrom(change)
+    return req
+
+
+def ref_transact(req: pb.TransactRequest) -> list[tuple[str, list[tuple], list[tuple]]]:
+    return [(c.table, *ref_write(c)) for c in req.changes]
+
+
 def keys_of(draw: Any) -> list[pb.Key]:
     keys = []
     for _ in range(draw(st.integers(0, 4))):
@@ -690,6 +703,7 @@ def message_of(method: str) -> st.SearchStrategy:
     }
     made = {
         "Write": write_requests(),
+        "Transact": transact_requests(),
         "Lookup": lookup_requests(),
         "Evict": evict_requests(),
         "Execute": execute_requests(),
@@ -701,7 +715,7 @@ def message_of(method: str) -> st.SearchStrategy:
 
 
 # Weights: writes (checked against the model) most of all.
-METHOD_MIX = (["Write"] * 8 + ["Lookup"] * 3 + ["Execute"] * 3 + ["Query"] * 2
+METHOD_MIX = (["Write"] * 8 + ["Transact"] * 3 + ["Lookup"] * 3 + ["Execute"] * 3 + ["Query"] * 2
               + ["Evict", "Stats", "Explain", "Flush", "Compact", "Load", "Ping", "Checkpoint"])
 
 
@@ -782,7 +796,7 @@ class Driver:
     def affordable(self, method: str, msg: Any, sql: Sql | None) -> bool:
         if msg is None:
             return True
-        if method == "Write" and msg.ByteSize() > 200_000:
+        if method in ("Write", "Transact") and msg.ByteSize() > 200_000:
             return self.spend("big")
         if method in ("Query", "Execute"):
             text = msg.sql.strip().upper()
@@ -874,6 +888,12 @@ class Driver:
                 expect_invalid = not (write[0] or write[1])  # an empty write is refused
             except Malformed:
                 expect_invalid = True
+        if method == "Transact" and msg is not None:
+            try:
+                write = ref_transact(msg)
+                expect_invalid = not any(i or d for _, i, d in write)  # no rows: refused
+            except Malformed:
+                expect_invalid = True
         if method == "Ping" and msg is not None:
             expect_invalid = msg.reply_bytes > 64 * 2**20
         if method in ("Lookup", "Subscribe") and msg is not None:
@@ -881,7 +901,7 @@ class Driver:
                 ref_keys(msg)
             except Malformed:
                 expect_invalid = True
-        timeout = {"Lookup": 5.0, "Subscribe": 10.0, "Write": 60.0, "Load": 120.0,
+        timeout = {"Lookup": 5.0, "Subscribe": 10.0, "Write": 60.0, "Transact": 60.0, "Load": 120.0,
                    "Compact": 120.0}.get(method, 60.0)
         self.sent[method] += 1
         t0 = time.monotonic()
@@ -900,7 +920,7 @@ class Driver:
             assert code != grpc.StatusCode.OK, f"acknowledged what must be refused: {shown}"
         if code == grpc.StatusCode.OK:
             self.after_ok(method, msg, sql, write, answer, shown)
-        elif method == "Write":
+        elif method in ("Write", "Transact"):
             assert code != grpc.StatusCode.DEADLINE_EXCEEDED, f"a write timed out: {shown}"
         self.ping()
 
@@ -911,6 +931,17 @@ class Driver:
             table = msg.table.lower()
             if table in SCHEMAS:
                 self.apply_and_check(table, write[0], write[1], answer.lsn, shown)
+        elif method == "Transact":
+            # One LSN for all of it; the model takes every change before any check reads.
+            self.acknowledged(answer.lsn, shown)
+            known = [(t.lower(), i, d) for t, i, d in write if t.lower() in SCHEMAS]
+            for table, inserts, deletes in known[:-1]:
+                MODEL.apply(table, inserts, deletes)
+                touched = {r[0] for r in [*inserts, *deletes]
+                           if type(r[0]) is int and r[0] in DOMAIN}
+                self.unchecked.setdefault(table, set()).update(touched)
+            if known:
+                self.apply_and_check(*known[-1], answer.lsn, shown)
         elif method == "Execute" and sql is not None and sql.insert is not None:
             table, rows = sql.insert
             self.acknowledged(answer.lsn, shown)

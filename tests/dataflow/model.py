@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from partialflow.server.errors import InvalidArgument, NotFound
+from partialflow.server.storage.record import TxRecord
 
 Row = tuple[Any, ...]
 
@@ -52,7 +53,8 @@ class Model:
         self.history: list[tuple[int, str, Row, int]] = []
         self.lsn = 0
         self._live: dict[str, Counter] = {}
-        self._subscribers: list[Callable[[Record], None]] = []
+        self._subscribers: list[Callable[[Record | TxRecord], None]] = []
+        self._tx: set[int] = set()  # LSNs of writes over several tables (TxRecords)
         self._views: dict[str, str] = {}
         self._at: dict[tuple[str, int], list[Row]] = {}
 
@@ -61,7 +63,7 @@ class Model:
     def last_lsn(self) -> int:
         return self.lsn
 
-    def subscribe(self, fn: Callable[[Record], None]) -> None:
+    def subscribe(self, fn: Callable[[Record | TxRecord], None]) -> None:
         self._subscribers.append(fn)
 
     def table(self, name: str) -> Table:
@@ -86,17 +88,27 @@ class Model:
     def log_start(self) -> int:
         return 1
 
-    def log_records(self, after: int, upto: int) -> list[Record]:
+    def log_records(self, after: int, upto: int) -> list[Record | TxRecord]:
         """The writes after ``after`` up to ``upto``, as they were delivered."""
         out: list[Record] = []
         for lsn, table, row, d in self.history:
             if after < lsn <= upto:
-                if out and out[-1].lsn == lsn:
+                if out and out[-1].lsn == lsn and out[-1].table == table:
                     last = out[-1]
                     out[-1] = Record(lsn, table, last.rows + (row,), last.diffs + (d,))
                 else:
                     out.append(Record(lsn, table, (row,), (d,)))
-        return out
+        merged: list[Record | TxRecord] = []
+        for r in out:
+            if r.lsn not in self._tx:
+                merged.append(r)
+            elif merged and merged[-1].lsn == r.lsn:
+                last_tx = merged[-1]
+                assert isinstance(last_tx, TxRecord)
+                merged[-1] = TxRecord(r.lsn, last_tx.changes + (r,))  # type: ignore[arg-type]
+            else:
+                merged.append(TxRecord(r.lsn, (r,)))  # type: ignore[arg-type]
+        return merged
 
     # -- writing -----------------------------------------------------------------------
     def create_table(self, name: str, columns: Sequence[tuple[str, str]]) -> None:
@@ -120,6 +132,41 @@ class Model:
                 del live[row]
             self.history.append((self.lsn, table, row, d))
         rec = Record(self.lsn, table, rows, diffs)
+        for fn in self._subscribers:
+            fn(rec)
+        return self.lsn
+
+    def write_many(self, changes: Sequence[tuple[str, Sequence[Row], Sequence[Row]]]) -> int:
+        """One transaction: (table, inserts, deletes) changes applied in order at one LSN,
+        each checked against the tables as the earlier ones leave them; refused whole.
+        Delivered as storage delivers it: one TxRecord of each table's net change."""
+        trial = {t: Counter(c) for t, c in self._live.items()}
+        net: dict[str, Counter] = {}
+        for table, inserts, deletes in changes:
+            live, delta = trial[table], net.setdefault(table, Counter())
+            for row, n in Counter(tuple(r) for r in deletes).items():
+                if live[row] < n:
+                    raise NotFound(f"row {row!r} is not in table {table!r}")
+                live[row] -= n
+                delta[row] -= n
+            for r in inserts:
+                live[tuple(r)] += 1
+                delta[tuple(r)] += 1
+        self.lsn += 1
+        self._tx.add(self.lsn)
+        parts = []
+        for table, delta in net.items():
+            rows = [r for r, n in delta.items() if n < 0 for _ in range(-n)]
+            ins = [r for r, n in delta.items() if n > 0 for _ in range(n)]
+            live = self._live[table]
+            diffs = (-1,) * len(rows) + (1,) * len(ins)
+            for row, d in zip(rows + ins, diffs, strict=True):
+                live[row] += d
+                if not live[row]:
+                    del live[row]
+                self.history.append((self.lsn, table, row, d))
+            parts.append(Record(self.lsn, table, tuple(rows + ins), diffs))
+        rec = TxRecord(self.lsn, tuple(parts))  # type: ignore[arg-type]
         for fn in self._subscribers:
             fn(rec)
         return self.lsn

@@ -102,6 +102,26 @@ class Ordering(RuleBasedStateMachine):
         new = [data.draw(sc.rows[table], label="new row")] if kind == "update" else []
         model.write(table, inserts=new, deletes=gone)
 
+    @rule(data=st.data())
+    def transaction(self, data: st.DataObject) -> None:
+        """Changes to several tables (and to one table twice) at one LSN: joins and sums
+        over both must equal sqlite's answer over the tables after the whole transaction."""
+        sc, model = self.scenario, self.h.model
+        tables = data.draw(st.lists(st.sampled_from(sorted(sc.tables)), min_size=2,
+                                    max_size=4), label="tables")
+        live = {t: model.live(t) for t in sc.tables}
+        changes = []
+        for table in tables:
+            rows = data.draw(st.lists(sc.rows[table], max_size=2), label="inserts")
+            left = live[table]
+            gone = data.draw(st.lists(st.sampled_from(left), max_size=2, unique=True)
+                             if left else st.just([]), label="deletes")
+            for r in gone:
+                left.remove(r)
+            left.extend(rows)
+            changes.append((table, rows, gone))
+        model.write_many(changes)
+
     @rule(data=st.data(), extreme=st.sampled_from([min, max]), times=st.integers(1, 3))
     def delete_extreme(self, data: st.DataObject, extreme: Any, times: int) -> None:
         """In one group of rows (equal in a column), delete the rows holding another

@@ -114,6 +114,7 @@ RUN_BLOCKS = {
     "docs/sql.md": 2,
     "docs/subscriptions-liveness.md": 2,
     "docs/testing.md": 1,
+    "docs/transactions.md": 6,
     "docs/wire.md": 1,
 }
 

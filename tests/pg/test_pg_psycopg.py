@@ -111,7 +111,7 @@ def test_transactions_apply_as_one_write(pg_dsn, db, server):
         tx.rollback()
         assert lsn_of(conn) <= lsn_of(tx) and conn.execute(
             f"SELECT n FROM {by_cat} WHERE cat = 'c'").fetchall() == [(2,)]
-        # A second table in one transaction is refused, and the transaction fails.
+        # DDL after writes in a transaction is refused, and the transaction fails.
         tx.execute(f"INSERT INTO {t} VALUES (23, 'c', 1.0, true)")
         with pytest.raises(pgerr.FeatureNotSupported):
             tx.execute(f"CREATE TABLE {t}_other (id BIGINT)")
