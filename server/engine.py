@@ -492,4 +492,6 @@ class Engine:
         if self.verifier is not None:
             result["verifier"] = self.verifier.stats()
         result["spark"] = self.spark.stats()
+        if self.follower is not None:
+            result["follow"] = self.follower.stats()
         return result

@@ -475,6 +475,19 @@ class Follower:
             i = bisect_right(h, (lsn, 1 << 64)) - 1
             return h[i][1] if i >= 0 else None
 
+    # Text-form wrappers, so front ends that may not import this package (the PostgreSQL
+    # protocol's, a sibling layer) need nothing but the follower object.
+    def wait_for_text(self, upstream_lsn: str, timeout: float) -> int:
+        """``wait_for`` of a 'X/Y' position (InvalidArgument for anything else)."""
+        from partialflow.server.follow.lsn import parse_lsn
+
+        return self.wait_for(parse_lsn(upstream_lsn, "min_upstream_lsn"), timeout)
+
+    def upstream_text_at(self, lsn: int) -> str:
+        """``upstream_at`` as 'X/Y' ('' when unknown)."""
+        at = self.upstream_at(lsn)
+        return format_lsn(at) if at else ""
+
     def stats(self) -> dict[str, Any]:
         with self._cv:
             s = dict(self._status)

@@ -221,3 +221,54 @@ def test_upstream_restart_reads_served_then_resumes(fl, pgup):
     lsn = catch_up(f, at, timeout=60)
     assert client.lookup("fl_bal", (42,), min_lsn=lsn).rows == [(4343,)]
     assert f.stats()["retries"] >= 1
+
+
+def test_min_upstream_lsn_reads_your_upstream_writes(fl):
+    """An application writes upstream, then reads here with the position it got back:
+    the answer includes its write, and says which upstream position it is exact at."""
+    import psycopg
+
+    from partialflow.client.errors import InvalidArgument
+    from partialflow.server.app.main import pg_port_of
+    from partialflow.server.follow import parse_lsn
+
+    srv, dsn = fl
+    client = srv.client()
+    client.execute("CREATE VIEW fl_ryw AS SELECT id, bal FROM acct WHERE id = ?")
+    client.lookup("fl_ryw", (7,))
+    for i in range(4):
+        at = pg_exec(dsn, f"UPDATE acct SET bal = {7000 + i} WHERE id IN (7, 8)")
+        got = client.lookup("fl_ryw", (7,), min_upstream_lsn=at)
+        assert got.rows == [(7, 7000 + i)]
+        assert parse_lsn(got.upstream_lsn) >= parse_lsn(at)
+        many = client.lookup_many("fl_ryw", [(7,), (8,)], min_upstream_lsn=at)
+        assert [r.rows for r in many.values()] == [[(7, 7000 + i)], [(8, 7000 + i)]]
+    # The PostgreSQL protocol: the same wait, as a session setting.
+    at = pg_exec(dsn, "UPDATE acct SET bal = 7777 WHERE id = 7")
+    port = pg_port_of(srv.server)
+    with psycopg.connect(f"host=127.0.0.1 port={port} user=t dbname=partialflow",
+                         autocommit=True) as con:
+        con.execute(f"SET partialflow.min_upstream_lsn = '{at}'")
+        assert con.execute("SELECT id, bal FROM fl_ryw WHERE id = 7").fetchall() == \
+            [(7, 7777)]
+        with pytest.raises(psycopg.Error, match="pg_lsn"):
+            con.execute("SET partialflow.min_upstream_lsn = 'soon'")
+    with pytest.raises(InvalidArgument, match="min_upstream_lsn"):
+        client.lookup("fl_ryw", (7,), min_upstream_lsn="soon")
+
+
+def test_status_reports_replication(fl):
+    import subprocess
+    import sys
+
+    srv, dsn = fl
+    follow = srv.client().stats()["follow"]
+    assert follow["state"] == "streaming" and follow["slot_status"] in ("reserved", "extended")
+    assert follow["transactions_applied"] > 0 and follow["rows_applied"] > 0
+    assert follow["last_applied_upstream_lsn"] and "acct" in follow["tables"]
+    assert "REPLICA IDENTITY FULL" in follow["refused"]["nokey"]
+    out = subprocess.run([sys.executable, "-m", "partialflow.client.cli", "status",
+                          "--server", srv.address], capture_output=True, text=True,
+                         check=True).stdout
+    assert "state: streaming" in out and "upstream: postgresql://" in out
+    assert "refused nokey:" in out
