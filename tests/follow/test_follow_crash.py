@@ -83,6 +83,8 @@ def test_kill9_while_streaming_then_restart_matches_upstream(pgup, tmp_path):
             assert sorted(client.query(sql).rows) == pg_rows(dsn, sql), sql
         follow = client.stats()["follow"]
         assert follow["resnapshots"] == 0 and follow["state"] == "streaming"
+    except Exception as err:
+        raise AssertionError(f"{err}\n--- server log:\n{proc.log_tail(80)}") from err
     finally:
         stop.set()
         proc.stop()
