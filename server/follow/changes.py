@@ -127,14 +127,14 @@ class TableTxn:
                 elif n > 0:
                     inserts.extend([row] * n)
             return deletes, inserts
-        for key, row in self.overlay.items():
+        for key, final in self.overlay.items():
             before = self.shadow.rows.get(key)
-            if before == row:
+            if before == final:
                 continue
             if before is not None:
                 deletes.append(before)
-            if row is not None:
-                inserts.append(row)
+            if final is not None:
+                inserts.append(final)
         return deletes, inserts
 
     def commit_shadow(self) -> None:

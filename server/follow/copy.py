@@ -49,7 +49,7 @@ def copy_tables(engine: Any, con: Any, tables: Sequence[UpstreamTable],
 def _through_load(engine: Any, table: UpstreamTable, rows: list[tuple], work: Path,
                   progress: Callable[[str], None]) -> list[tuple]:
     schema = table.schema.arrow_schema()
-    columns = list(zip(*rows, strict=True)) if rows else [[] for _ in schema]
+    columns: list[Any] = list(zip(*rows, strict=True)) if rows else [[] for _ in schema]
     path = work / f"{table.name}.parquet"
     pq.write_table(pa.table([pa.array(list(c), type=f.type) for c, f in zip(
         columns, schema, strict=True)], schema=schema), path)

@@ -154,7 +154,7 @@ class RowDecoder:
             if v is None or isinstance(v, Unchanged):
                 out.append(v)
             else:
-                out.append(load(v))  # type: ignore[arg-type]
+                out.append(load(v))
         return out
 
 
