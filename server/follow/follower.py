@@ -270,6 +270,9 @@ class Follower:
             if self.tables[name].key:
                 self._shadows[name] = Shadow(self.tables[name], rows)
         self.applied = point
+        with self._cv:
+            self._caught_up = max(self._caught_up, point)
+            self._cv.notify_all()
         if reason != "initial copy":
             self._status["resnapshots"] += 1
         log.info("copied the upstream tables", extra={
