@@ -30,7 +30,7 @@ from partialflow.server.follow.pgoutput import (
 from partialflow.server.follow.typemap import Refused, RowDecoder, map_table
 
 # 2025-01-01 00:00 UTC in microseconds since 2000-01-01 (PostgreSQL's epoch).
-T0 = (9_131 * 86_400) * 1_000_000
+T0 = (9_132 * 86_400) * 1_000_000
 
 
 def s(text: str) -> bytes:
