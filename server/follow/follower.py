@@ -261,8 +261,9 @@ class Follower:
             copied = copy_tables(self.engine, copy, list(self.tables.values()),
                                  lambda text: self._set(copy=text))
         changes = []
+        first = self.applied is None  # nothing stored yet: the tables here are empty
         for name, rows in copied.items():
-            deletes, inserts = multiset_diff(self._stored_rows(name), rows)
+            deletes, inserts = multiset_diff([] if first else self._stored_rows(name), rows)
             if deletes or inserts:
                 changes.append(tx.TableChange(name, inserts, deletes))
         lsn = self._write(changes, point)

@@ -48,7 +48,7 @@ def _churn(dsn: str, stop: threading.Event, counts: list[int]) -> None:
                 con.execute("DELETE FROM acct WHERE id = %s", (next_id - 5,))
             next_id += 1
             counts[0] += 1
-            time.sleep(0.02)  # well below what is applied per second here
+            time.sleep(0.05)  # well below what is applied per second here
 
 
 @pytest.fixture(scope="module")
@@ -119,13 +119,13 @@ def test_multi_table_transactions_atomic_in_commit_order(fl):
     base = pg_rows(dsn, total)[0][0]
     start = srv.engine.storage.last_lsn
     at = ""
-    for i in range(6):
+    for i in range(3):
         at = pg_exec(dsn, f"UPDATE acct SET bal = bal - {i + 1} WHERE id = {i + 1}",
                      f"INSERT INTO moved VALUES ({i + 1}, {i + 1}, {i + 1})")
     end = catch_up(srv.engine.follower, at)
-    assert end >= start + 6
+    assert end >= start + 3
     for lsn in range(start + 1, end + 1):
-        assert our_rows(srv.engine, total.replace("COALESCE", "COALESCE"), as_of=lsn) == \
+        assert our_rows(srv.engine, total, as_of=lsn) == \
             [(base,)], f"invariant broken at LSN {lsn}"
 
 
