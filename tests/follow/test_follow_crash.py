@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 import time
 
-from conftest import pg_exec, pg_rows
+from follow_helpers import pg_exec, pg_rows
 
 DB = "fl_crash"
 DDL = [

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 
-from conftest import catch_up, our_rows, pg_exec, pg_rows, wait_streaming
+from follow_helpers import catch_up, our_rows, pg_exec, pg_rows, wait_streaming
 
 DB = "fl_resnap"
 DDL = [

@@ -11,7 +11,7 @@ import threading
 import time
 
 import pytest
-from conftest import catch_up, our_rows, pg_exec, pg_rows, wait_streaming
+from follow_helpers import catch_up, our_rows, pg_exec, pg_rows, wait_streaming
 
 DB = "fl_stream"
 DDL = [
