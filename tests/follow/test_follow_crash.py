@@ -51,7 +51,7 @@ def test_kill9_while_streaming_then_restart_matches_upstream(pgup, tmp_path):
     writer = threading.Thread(target=_writer, args=(dsn, stop, done), daemon=True)
     try:
         proc.start()
-        client = proc.client()
+        client = proc.client(timeout=180)
         _wait(lambda: client.stats()["follow"]["state"] == "streaming", "never streaming")
         client.execute("CREATE VIEW fc_grp AS SELECT grp, SUM(v) AS total, COUNT(*) AS n "
                        "FROM item WHERE grp = ? GROUP BY grp")
@@ -69,7 +69,11 @@ def test_kill9_while_streaming_then_restart_matches_upstream(pgup, tmp_path):
         writer.join(10)
         at = pg_exec(dsn, "SELECT 1")
         proc.restart()
-        client = proc.client()
+        # Generous: the restarted server reads the followed tables' keys back with Spark
+        # (a fresh JVM) before it streams again.
+        client = proc.client(timeout=180)
+        _wait(lambda: client.stats()["follow"]["state"] == "streaming",
+              "not streaming after the restart", timeout=180)
         for g in range(5):
             got = client.lookup("fc_grp", (g,), min_upstream_lsn=at)
             assert got.rows == pg_rows(dsn, "SELECT grp, SUM(v), COUNT(*) FROM item "
