@@ -371,7 +371,8 @@ class Follower:
                 f"not applied from upstream LSN {format_lsn(self.applied or 0)} on: drop the "
                 "views over it and the table here, then restart to copy it again"
                 + (f" ({why})" if now is None else ""))
-            del self.tables[name]
+            # A new dict, not a del: stats() iterates it from other threads.
+            self.tables = {k: v for k, v in self.tables.items() if k != name}
             self.engine.read_only[name.lower()] = self.name
             log.error("followed table changed upstream; no longer applied",
                       extra={"table": name, "reason": self.refused[name]})
@@ -501,7 +502,7 @@ class Follower:
             "upstream": self.name,
             "slot": self.slot,
             "tables": sorted(self.tables),
-            "refused": dict(self.refused),
+            "refused": self.refused.copy(),
             "last_applied_upstream_lsn": format_lsn(self.applied) if self.applied else "",
             "caught_up_upstream_lsn": format_lsn(caught) if caught else "",
             "lag_bytes": lag_bytes,
