@@ -22,6 +22,9 @@ class Result:
     rows: list[tuple] = field(default_factory=list)
     columns: list[str] = field(default_factory=list)
     lsn: int = 0
+    # On a server following a PostgreSQL: the upstream WAL position ('X/Y') the rows are
+    # exact at; '' otherwise.
+    upstream_lsn: str = ""
 
     def __iter__(self) -> Iterator[tuple]:
         return iter(self.rows)
@@ -49,7 +52,8 @@ def results_of(response: pb.LookupResponse, n: int) -> list[Result]:
         slices: Iterable[list[tuple]] = map(list, zip(rows))  # one row per key: [row]
     else:
         slices = map(rows.__getitem__, map(slice, offsets, ends))
-    return list(map(Result, slices, repeat(columns), lsns))
+    ups: Iterable[str] = list(response.key_upstream_lsns) or repeat(response.upstream_lsn, n)
+    return list(map(Result, slices, repeat(columns), lsns, ups))
 
 
 def rows_of(msg: Any) -> list[tuple]:

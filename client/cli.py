@@ -85,7 +85,8 @@ def _sql(client: Any, args: argparse.Namespace) -> int:
 
 def _lookup(client: Any, args: argparse.Namespace) -> int:
     key = tuple(parse_key_value(k) for k in args.key)
-    print_result(client.lookup(args.view, key, min_lsn=args.min_lsn), sys.stdout)
+    print_result(client.lookup(args.view, key, min_lsn=args.min_lsn,
+                               min_upstream_lsn=args.min_upstream_lsn), sys.stdout)
     return 0
 
 
@@ -150,6 +151,30 @@ def _watch(client: Any, args: argparse.Namespace) -> int:
 def _stats(client: Any, args: argparse.Namespace) -> int:
     stats = client.stats()
     print(json.dumps(stats, indent=2, sort_keys=True) if args.json else format_stats(stats))
+    return 0
+
+
+def _status(client: Any, args: argparse.Namespace) -> int:
+    """What the server follows and how far it has got (serve --follow)."""
+    stats = client.stats()
+    follow = stats.get("follow")
+    if args.json:
+        print(json.dumps({"lsn": stats["lsn"], "follow": follow}, indent=2, sort_keys=True))
+        return 0
+    print(f"lsn: {stats['lsn']}")
+    if not follow:
+        print("follow: off (this server follows no PostgreSQL)")
+        return 0
+    for name in ("upstream", "state", "error", "slot", "slot_status",
+                 "last_applied_upstream_lsn", "caught_up_upstream_lsn", "lag_bytes",
+                 "lag_seconds", "transactions_applied", "rows_applied", "resnapshots",
+                 "retries", "copy"):
+        value = follow.get(name)
+        if value not in ("", None) or name in ("lag_bytes", "lag_seconds"):
+            print(f"{name}: {value}")
+    print(f"tables: {', '.join(follow.get('tables') or []) or '(none)'}")
+    for table, why in sorted((follow.get("refused") or {}).items()):
+        print(f"refused {table}: {why}")
     return 0
 
 
@@ -327,6 +352,10 @@ def build_parser() -> argparse.ArgumentParser:
     lookup.add_argument(
         "--min-lsn", type=int, default=None, help="wait until the view has this LSN"
     )
+    lookup.add_argument(
+        "--min-upstream-lsn", default=None, metavar="X/Y",
+        help="wait until the followed PostgreSQL's commits up to this WAL position are applied"
+    )
 
     watch = command("watch", _watch, "print a view's changes for some keys as they happen")
     watch.add_argument("view")
@@ -343,6 +372,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     stats = command("stats", _stats, "print server statistics as tables")
     stats.add_argument("--json", action="store_true", help="print JSON instead")
+
+    status = command("status", _status,
+                     "print what the server follows (serve --follow) and its replication lag")
+    status.add_argument("--json", action="store_true", help="print JSON instead")
 
     explain = command("explain", _explain, "print a view's dataflow graph as a tree")
     explain.add_argument("view")

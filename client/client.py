@@ -238,10 +238,13 @@ class Client:
     # -- reads ----------------------------------------------------------------------
 
     def _lookup(self, view: str, keys: list[tuple], min_lsn: int | None,
-                scalars: list[Any] | None = None) -> list[Result]:
+                scalars: list[Any] | None = None,
+                min_upstream_lsn: str | None = None) -> list[Result]:
         """One Lookup call: a Result per key, in the order given. ``scalars`` instead of
         ``keys``: one-parameter keys given as plain values (see ``_add_scalar_keys``)."""
         request = pb.LookupRequest(view=view)
+        if min_upstream_lsn is not None:
+            request.min_upstream_lsn = str(min_upstream_lsn)
         floor = self._min_lsn(min_lsn)
         if floor is not None:
             request.min_lsn = floor
@@ -258,15 +261,22 @@ class Client:
             self._raise_floor(response.lsn)
         return results
 
-    def lookup(self, view: str, key: Any = (), *, min_lsn: int | None = None) -> Result:
+    def lookup(self, view: str, key: Any = (), *, min_lsn: int | None = None,
+               min_upstream_lsn: str | None = None) -> Result:
         """Rows of ``view`` whose parameters equal ``key`` (scalar for one parameter).
 
-        With ``min_lsn`` the read waits until the view reflects that write.
+        With ``min_lsn`` the read waits until the view reflects that write. On a server
+        that follows a PostgreSQL, ``min_upstream_lsn`` ('X/Y', e.g. what
+        ``pg_current_wal_lsn()`` returned after a commit there) waits until that upstream
+        commit is applied here; ``Result.upstream_lsn`` says which upstream position the
+        rows are exact at.
         """
-        return self._lookup(view, [_key_tuple(key)], min_lsn)[0]
+        return self._lookup(view, [_key_tuple(key)], min_lsn,
+                            min_upstream_lsn=min_upstream_lsn)[0]
 
     def lookup_many(
-        self, view: str, keys: Iterable[Any], *, min_lsn: int | None = None
+        self, view: str, keys: Iterable[Any], *, min_lsn: int | None = None,
+        min_upstream_lsn: str | None = None,
     ) -> dict[Any, Result]:
         """Look up several keys in one round trip; the dict is keyed by the keys as given.
 
@@ -275,12 +285,14 @@ class Client:
         given = keys if type(keys) is list else list(keys)
         types = set(map(type, given))
         if types <= _SCALARS:  # one-parameter keys as values: no tuple per key
-            results = self._lookup(view, [], min_lsn, scalars=given)
+            results = self._lookup(view, [], min_lsn, scalars=given,
+                                   min_upstream_lsn=min_upstream_lsn)
         elif types == {tuple}:
-            results = self._lookup(view, given, min_lsn)
+            results = self._lookup(view, given, min_lsn, min_upstream_lsn=min_upstream_lsn)
         else:
             given = [k if isinstance(k, Hashable) else tuple(k) for k in given]
-            results = self._lookup(view, [_key_tuple(k) for k in given], min_lsn)
+            results = self._lookup(view, [_key_tuple(k) for k in given], min_lsn,
+                                   min_upstream_lsn=min_upstream_lsn)
         return dict(zip(given, results, strict=True))
 
     def query(self, sql: str, *, as_of: int | None = None) -> Result:

@@ -118,30 +118,36 @@ class TransactRequest(_message.Message):
     def __init__(self, changes: _Optional[_Iterable[_Union[WriteRequest, _Mapping]]] = ...) -> None: ...
 
 class LookupRequest(_message.Message):
-    __slots__ = ("view", "keys", "min_lsn", "key_batch")
+    __slots__ = ("view", "keys", "min_lsn", "key_batch", "min_upstream_lsn")
     VIEW_FIELD_NUMBER: _ClassVar[int]
     KEYS_FIELD_NUMBER: _ClassVar[int]
     MIN_LSN_FIELD_NUMBER: _ClassVar[int]
     KEY_BATCH_FIELD_NUMBER: _ClassVar[int]
+    MIN_UPSTREAM_LSN_FIELD_NUMBER: _ClassVar[int]
     view: str
     keys: _containers.RepeatedCompositeFieldContainer[Key]
     min_lsn: int
     key_batch: RowBatch
-    def __init__(self, view: _Optional[str] = ..., keys: _Optional[_Iterable[_Union[Key, _Mapping]]] = ..., min_lsn: _Optional[int] = ..., key_batch: _Optional[_Union[RowBatch, _Mapping]] = ...) -> None: ...
+    min_upstream_lsn: str
+    def __init__(self, view: _Optional[str] = ..., keys: _Optional[_Iterable[_Union[Key, _Mapping]]] = ..., min_lsn: _Optional[int] = ..., key_batch: _Optional[_Union[RowBatch, _Mapping]] = ..., min_upstream_lsn: _Optional[str] = ...) -> None: ...
 
 class LookupResponse(_message.Message):
-    __slots__ = ("columns", "rows", "offsets", "lsn", "key_lsns")
+    __slots__ = ("columns", "rows", "offsets", "lsn", "key_lsns", "upstream_lsn", "key_upstream_lsns")
     COLUMNS_FIELD_NUMBER: _ClassVar[int]
     ROWS_FIELD_NUMBER: _ClassVar[int]
     OFFSETS_FIELD_NUMBER: _ClassVar[int]
     LSN_FIELD_NUMBER: _ClassVar[int]
     KEY_LSNS_FIELD_NUMBER: _ClassVar[int]
+    UPSTREAM_LSN_FIELD_NUMBER: _ClassVar[int]
+    KEY_UPSTREAM_LSNS_FIELD_NUMBER: _ClassVar[int]
     columns: _containers.RepeatedScalarFieldContainer[str]
     rows: RowBatch
     offsets: _containers.RepeatedScalarFieldContainer[int]
     lsn: int
     key_lsns: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, columns: _Optional[_Iterable[str]] = ..., rows: _Optional[_Union[RowBatch, _Mapping]] = ..., offsets: _Optional[_Iterable[int]] = ..., lsn: _Optional[int] = ..., key_lsns: _Optional[_Iterable[int]] = ...) -> None: ...
+    upstream_lsn: str
+    key_upstream_lsns: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, columns: _Optional[_Iterable[str]] = ..., rows: _Optional[_Union[RowBatch, _Mapping]] = ..., offsets: _Optional[_Iterable[int]] = ..., lsn: _Optional[int] = ..., key_lsns: _Optional[_Iterable[int]] = ..., upstream_lsn: _Optional[str] = ..., key_upstream_lsns: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class QueryRequest(_message.Message):
     __slots__ = ("sql", "as_of", "columnar")
@@ -409,7 +415,7 @@ class CheckpointStats(_message.Message):
     def __init__(self, enabled: _Optional[bool] = ..., interval_s: _Optional[float] = ..., taken: _Optional[int] = ..., failed: _Optional[int] = ..., last_error: _Optional[str] = ..., compactions: _Optional[int] = ..., last_seq: _Optional[int] = ..., last_lsn: _Optional[int] = ..., last_kind: _Optional[str] = ..., last_bytes: _Optional[int] = ..., last_duration_s: _Optional[float] = ..., last_age_s: _Optional[float] = ..., chain_files: _Optional[int] = ..., chain_bytes: _Optional[int] = ..., recovered_from: _Optional[int] = ..., recovered_lsn: _Optional[int] = ..., recovered_keys: _Optional[int] = ..., replayed_writes: _Optional[int] = ..., cold_views: _Optional[_Iterable[str]] = ..., recovery_s: _Optional[float] = ...) -> None: ...
 
 class StatsResponse(_message.Message):
-    __slots__ = ("lsn", "applied_lsn", "memory_limit", "memory_bytes", "partial_bytes", "full_bytes", "views", "upquery_ms", "spark_jobs", "state_anomalies", "counters", "storage", "writes", "verifier", "checkpoint", "upquery_scan", "spark")
+    __slots__ = ("lsn", "applied_lsn", "memory_limit", "memory_bytes", "partial_bytes", "full_bytes", "views", "upquery_ms", "spark_jobs", "state_anomalies", "counters", "storage", "writes", "verifier", "checkpoint", "upquery_scan", "spark", "follow")
     class ViewsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -441,6 +447,7 @@ class StatsResponse(_message.Message):
     CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
     UPQUERY_SCAN_FIELD_NUMBER: _ClassVar[int]
     SPARK_FIELD_NUMBER: _ClassVar[int]
+    FOLLOW_FIELD_NUMBER: _ClassVar[int]
     lsn: int
     applied_lsn: int
     memory_limit: int
@@ -458,7 +465,53 @@ class StatsResponse(_message.Message):
     checkpoint: CheckpointStats
     upquery_scan: UpqueryScanStats
     spark: SparkStats
-    def __init__(self, lsn: _Optional[int] = ..., applied_lsn: _Optional[int] = ..., memory_limit: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., partial_bytes: _Optional[int] = ..., full_bytes: _Optional[int] = ..., views: _Optional[_Mapping[str, ViewStats]] = ..., upquery_ms: _Optional[_Union[Percentiles, _Mapping]] = ..., spark_jobs: _Optional[int] = ..., state_anomalies: _Optional[int] = ..., counters: _Optional[_Mapping[str, int]] = ..., storage: _Optional[_Union[StorageStats, _Mapping]] = ..., writes: _Optional[_Union[WriteStats, _Mapping]] = ..., verifier: _Optional[_Union[VerifierStats, _Mapping]] = ..., checkpoint: _Optional[_Union[CheckpointStats, _Mapping]] = ..., upquery_scan: _Optional[_Union[UpqueryScanStats, _Mapping]] = ..., spark: _Optional[_Union[SparkStats, _Mapping]] = ...) -> None: ...
+    follow: FollowStats
+    def __init__(self, lsn: _Optional[int] = ..., applied_lsn: _Optional[int] = ..., memory_limit: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., partial_bytes: _Optional[int] = ..., full_bytes: _Optional[int] = ..., views: _Optional[_Mapping[str, ViewStats]] = ..., upquery_ms: _Optional[_Union[Percentiles, _Mapping]] = ..., spark_jobs: _Optional[int] = ..., state_anomalies: _Optional[int] = ..., counters: _Optional[_Mapping[str, int]] = ..., storage: _Optional[_Union[StorageStats, _Mapping]] = ..., writes: _Optional[_Union[WriteStats, _Mapping]] = ..., verifier: _Optional[_Union[VerifierStats, _Mapping]] = ..., checkpoint: _Optional[_Union[CheckpointStats, _Mapping]] = ..., upquery_scan: _Optional[_Union[UpqueryScanStats, _Mapping]] = ..., spark: _Optional[_Union[SparkStats, _Mapping]] = ..., follow: _Optional[_Union[FollowStats, _Mapping]] = ...) -> None: ...
+
+class FollowStats(_message.Message):
+    __slots__ = ("upstream", "slot", "slot_status", "state", "error", "last_applied_upstream_lsn", "caught_up_upstream_lsn", "lag_bytes", "lag_seconds", "rows_applied", "transactions_applied", "resnapshots", "retries", "tables", "refused", "copy", "last_commit_time")
+    class RefusedEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    UPSTREAM_FIELD_NUMBER: _ClassVar[int]
+    SLOT_FIELD_NUMBER: _ClassVar[int]
+    SLOT_STATUS_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    LAST_APPLIED_UPSTREAM_LSN_FIELD_NUMBER: _ClassVar[int]
+    CAUGHT_UP_UPSTREAM_LSN_FIELD_NUMBER: _ClassVar[int]
+    LAG_BYTES_FIELD_NUMBER: _ClassVar[int]
+    LAG_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    ROWS_APPLIED_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTIONS_APPLIED_FIELD_NUMBER: _ClassVar[int]
+    RESNAPSHOTS_FIELD_NUMBER: _ClassVar[int]
+    RETRIES_FIELD_NUMBER: _ClassVar[int]
+    TABLES_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_FIELD_NUMBER: _ClassVar[int]
+    COPY_FIELD_NUMBER: _ClassVar[int]
+    LAST_COMMIT_TIME_FIELD_NUMBER: _ClassVar[int]
+    upstream: str
+    slot: str
+    slot_status: str
+    state: str
+    error: str
+    last_applied_upstream_lsn: str
+    caught_up_upstream_lsn: str
+    lag_bytes: int
+    lag_seconds: float
+    rows_applied: int
+    transactions_applied: int
+    resnapshots: int
+    retries: int
+    tables: _containers.RepeatedScalarFieldContainer[str]
+    refused: _containers.ScalarMap[str, str]
+    copy: str
+    last_commit_time: str
+    def __init__(self, upstream: _Optional[str] = ..., slot: _Optional[str] = ..., slot_status: _Optional[str] = ..., state: _Optional[str] = ..., error: _Optional[str] = ..., last_applied_upstream_lsn: _Optional[str] = ..., caught_up_upstream_lsn: _Optional[str] = ..., lag_bytes: _Optional[int] = ..., lag_seconds: _Optional[float] = ..., rows_applied: _Optional[int] = ..., transactions_applied: _Optional[int] = ..., resnapshots: _Optional[int] = ..., retries: _Optional[int] = ..., tables: _Optional[_Iterable[str]] = ..., refused: _Optional[_Mapping[str, str]] = ..., copy: _Optional[str] = ..., last_commit_time: _Optional[str] = ...) -> None: ...
 
 class SparkStats(_message.Message):
     __slots__ = ("master", "up", "down_since", "down_seconds", "down_reason", "restarts", "restart_failures", "generation", "last_outage")

@@ -115,6 +115,10 @@ class Config:
     # The PostgreSQL protocol listener (server/pgwire) on the same host: None = off, 0 = a
     # free port. Its default follows --port 0 (see ``effective_pg_port``).
     pg_port: int | None = DEFAULT_PG_PORT
+    # Follow an upstream PostgreSQL (server/follow): its URL, and which tables of its public
+    # schema (empty: every one).
+    follow: str | None = None
+    follow_tables: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.data_dir:
@@ -209,6 +213,10 @@ def _on_off(text: str) -> bool:
     return text == "on"
 
 
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(n.strip() for n in text.split(",") if n.strip())
+
+
 def _port_or_off(text: str) -> int:
     if text.strip().lower() == "off":
         return PG_OFF
@@ -297,6 +305,21 @@ SERVE_OPTIONS: tuple[Option, ...] = (
         _int,
         "serve Prometheus metrics at http://HOST:PORT/metrics (default off; 0 picks a free port)",
         "PORT",
+    ),
+    Option(
+        "--follow",
+        "follow",
+        str,
+        "follow an upstream PostgreSQL: its tables become read-only tables here, kept by "
+        "logical replication (e.g. postgresql://user@host/db; needs wal_level=logical)",
+        "URL",
+    ),
+    Option(
+        "--follow-tables",
+        "follow_tables",
+        _names,
+        "with --follow: these tables of the upstream's public schema (default: all)",
+        "A,B,...",
     ),
     Option("--log-level", "log_level", _level, "DEBUG, INFO (default), WARNING or ERROR", "LEVEL"),
     Option(

@@ -142,6 +142,13 @@ class Engine:
         # Write throughput for stats and metrics: storage counts LSNs, not rows.
         self._writes: Counter[str] = Counter()
         self._writes_lock = threading.Lock()
+        # Tables another system owns (followed from an upstream PostgreSQL: server/follow),
+        # lower-cased name -> that system: the write API refuses them; the follower writes
+        # through ``_write`` (with the transactions API: ``origin="follow"``).
+        self.read_only: dict[str, str] = {}
+        # The follower, when following (the service and the PostgreSQL front end ask it
+        # for min_upstream_lsn and Result.upstream_lsn); set by the app.
+        self.follower: Any = None
         self._closed = False
 
     def close(self) -> None:
@@ -275,9 +282,17 @@ class Engine:
     ) -> int:
         """One atomic, durable write; returns its LSN. A write without rows is refused
         (InvalidArgument) and uses no LSN."""
+        self.check_writable(table)
         if not inserts and not deletes:
             raise InvalidArgument(f"write to {table}: a write needs at least one row")
         return self._write(table, inserts, deletes)
+
+    def check_writable(self, table: str) -> None:
+        """FailedPrecondition for a table followed from elsewhere (writes go there)."""
+        owner = self.read_only.get(table.lower())
+        if owner is not None:
+            raise FailedPrecondition(
+                f"table {table} is read-only here: it follows {owner}; write to it there")
 
     def _write(
         self, table: str, inserts: Sequence[Sequence[Any]], deletes: Sequence[Sequence[Any]]
@@ -321,6 +336,7 @@ class Engine:
     ) -> Iterator[Progress]:
         """Bulk-load a Parquet or CSV file (read by Spark) as one atomic write; yields
         progress, the last event carrying the LSN. See ``partialflow.server.bulk``."""
+        self.check_writable(table)
         events = self.loader.load(
             table,
             path,
@@ -462,4 +478,6 @@ class Engine:
         if self.verifier is not None:
             result["verifier"] = self.verifier.stats()
         result["spark"] = self.spark.stats()
+        if self.follower is not None:
+            result["follow"] = self.follower.stats()
         return result

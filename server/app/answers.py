@@ -115,6 +115,11 @@ def stats_message(stats: Mapping[str, Any]) -> pb.StatsResponse:
     _scalars(out.spark, spark)
     if spark.get("last_outage"):
         _scalars(out.spark.last_outage, spark["last_outage"])
+    follow = stats.get("follow")
+    if follow is not None:
+        _scalars(out.follow, {k: v for k, v in follow.items() if k not in ("tables", "refused")})
+        out.follow.tables.extend(follow.get("tables") or ())
+        out.follow.refused.update(follow.get("refused") or {})
     for name, value in stats.items():
         # bool is an int too, but no counter is a flag; floats are not counters.
         if name not in _OWN_FIELDS and type(value) is int:

@@ -45,6 +45,7 @@ class _Wiring:
     metrics: Metrics | None = None
     metrics_port: int | None = None
     pg: PgListener | None = None
+    follower: Any = None
 
 
 # What stop_server needs to know about each server create_server made.
@@ -139,6 +140,10 @@ def create_server(
                 # Replaced with the same master and settings if the driver dies.
                 spark = SparkSupervisor(config.spark_master, config.spark_conf)
             engine = Engine(config, spark)
+        if config.follow:
+            from partialflow.server.follow import Follower
+
+            engine.follower = Follower(engine, config.follow, config.follow_tables).start()
         # Each Subscribe stream holds a handler thread while open: at most half of them, so
         # other calls (and health checks) always find one.
         add_to_server(PartialflowServicer(engine, max_streams=max(1, config.workers // 2)),
@@ -160,6 +165,8 @@ def create_server(
         watch_spark(checker, engine, SERVICE_NAME)
     except BaseException:
         server.stop(None)
+        if engine is not None and engine.follower is not None:
+            engine.follower.close()
         if pg is not None:
             pg.stop()
         elif pg_socket is not None:
@@ -169,7 +176,8 @@ def create_server(
         if owns_engine and engine is not None:
             engine.close()
         raise
-    _WIRING[server] = _Wiring(engine, checker, owns_engine, metrics, metrics_port, pg)
+    _WIRING[server] = _Wiring(engine, checker, owns_engine, metrics, metrics_port, pg,
+                              engine.follower)
     return server, port
 
 
@@ -198,6 +206,8 @@ def stop_server(server: grpc.Server, grace: float | None = 5.0) -> None:
     if wiring is not None and wiring.pg is not None:
         wiring.pg.stop()  # before the engine closes: no session may call into it after
     server.stop(grace).wait()
+    if wiring is not None and wiring.follower is not None:
+        wiring.follower.close()  # before the engine closes: it writes into it
     if wiring is not None and wiring.metrics is not None:
         wiring.metrics.close()
     if wiring is not None and wiring.owns_engine:

@@ -118,6 +118,30 @@ class EngineCollector(Collector):
         yield from self._verifier(stats.get("verifier") or {})
         yield from self._checkpoint(stats.get("checkpoint") or {})
         yield from self._spark(stats.get("spark") or {})
+        yield from self._follow(stats.get("follow") or {})
+
+    def _follow(self, follow: dict) -> Iterator[Metric]:
+        """Following an upstream PostgreSQL (serve --follow): alert on lag and on
+        partialflow_follow_streaming staying 0."""
+        if not follow:
+            return
+        yield GaugeMetricFamily("partialflow_follow_streaming",
+                                "1 while the upstream's changes stream in.",
+                                value=1.0 if follow.get("state") == "streaming" else 0.0)
+        yield from _gauge("partialflow_follow_lag_bytes",
+                          "Upstream WAL bytes not yet applied.", follow.get("lag_bytes"))
+        yield from _gauge("partialflow_follow_lag_seconds",
+                          "Age of the last applied upstream commit while behind (0 when "
+                          "caught up).", follow.get("lag_seconds"))
+        yield from _counter("partialflow_follow_transactions",
+                            "Upstream transactions applied.", follow.get("transactions_applied"))
+        yield from _counter("partialflow_follow_rows", "Upstream rows applied.",
+                            follow.get("rows_applied"))
+        yield from _counter("partialflow_follow_resnapshots",
+                            "Copies of the upstream tables after a lost or dropped slot.",
+                            follow.get("resnapshots"))
+        yield from _counter("partialflow_follow_retries",
+                            "Reconnects to the upstream after a failure.", follow.get("retries"))
 
     def _spark(self, spark: dict) -> Iterator[Metric]:
         """The Spark driver's state (spark_supervisor.py): alert on partialflow_spark_up

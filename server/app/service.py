@@ -40,7 +40,12 @@ from partialflow.server.app.answers import (
     subscribe_event,
 )
 from partialflow.server.engine import Engine, ResultSet
-from partialflow.server.errors import InvalidArgument, PartialflowError, ResourceExhausted
+from partialflow.server.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    PartialflowError,
+    ResourceExhausted,
+)
 from partialflow.server.storage import TableChange
 from partialflow.server.storage.space import is_space_error
 
@@ -167,6 +172,18 @@ def check_lsn(value: int, field: str) -> int:
     if value < 0:
         raise InvalidArgument(f"{field} must not be negative, got {value}")
     return value
+
+
+def wait_upstream(engine: Engine, upstream_lsn: str, min_lsn: int | None,
+                  remaining: float | None) -> int:
+    """min_upstream_lsn: wait for the follower to apply it; the min_lsn to read at."""
+    if engine.follower is None:
+        raise FailedPrecondition(
+            "min_upstream_lsn: this server follows no PostgreSQL (serve --follow URL)")
+    limit = engine.config.upquery_timeout
+    ours = engine.follower.wait_for_text(upstream_lsn, limit if remaining is None
+                                         else max(0.0, min(remaining, limit)))
+    return max(ours, min_lsn or 0)
 
 
 def check_load(request: pb.LoadRequest) -> None:
@@ -300,13 +317,23 @@ class PartialflowServicer(pb_grpc.PartialflowServicer):
     @_rpc
     def Lookup(self, request: pb.LookupRequest, context: grpc.ServicerContext) -> pb.LookupResponse:
         min_lsn = check_lsn(request.min_lsn, "min_lsn") if request.HasField("min_lsn") else None
+        follower = self.engine.follower
+        if request.HasField("min_upstream_lsn"):
+            min_lsn = wait_upstream(self.engine, request.min_upstream_lsn, min_lsn,
+                                    context.time_remaining())
         columns, results = self.engine.lookup(
             request.view,
             take_keys(request),
             min_lsn=min_lsn,
             timeout=context.time_remaining(),
         )
-        return lookup_message(columns, results)
+        message = lookup_message(columns, results)
+        if follower is not None and results:
+            message.upstream_lsn = follower.upstream_text_at(message.lsn)
+            if message.key_lsns:
+                message.key_upstream_lsns.extend(map(follower.upstream_text_at,
+                                                     message.key_lsns))
+        return message
 
     @_rpc
     def Query(self, request: pb.QueryRequest, context: grpc.ServicerContext) -> pb.ResultSet:

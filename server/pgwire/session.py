@@ -110,7 +110,16 @@ class Session(Context):
     # -- context for the router -----------------------------------------------------------
     @property
     def floor(self) -> int:  # type: ignore[override]
-        return max(self.last_lsn, self.last_write, self.settings.min_lsn)
+        floor = max(self.last_lsn, self.last_write, self.settings.min_lsn)
+        upstream = self.settings.values.get("partialflow.min_upstream_lsn")
+        if upstream:  # wait for the followed PostgreSQL's commit (server/follow)
+            follower = self.engine.follower
+            if follower is None:
+                raise PgError("55000", "partialflow.min_upstream_lsn: this server follows "
+                              "no PostgreSQL (serve --follow URL)")
+            floor = max(floor, follower.wait_for_text(
+                upstream, self.engine.config.upquery_timeout))
+        return floor
 
     def read(self, fn: Callable[[], Any]) -> Any:
         if self.cancelled.is_set():

@@ -42,6 +42,9 @@ DEFAULTS = {
     "statement_timeout": "0",
     "lc_messages": "C",
     "partialflow.min_lsn": "0",
+    # On a server following a PostgreSQL: reads wait until the upstream's commits up to
+    # this WAL position ('X/Y') are applied ('' = no wait).
+    "partialflow.min_upstream_lsn": "",
 }
 REPORTED = ("server_version", "server_encoding", "client_encoding", "DateStyle", "TimeZone",
             "IntervalStyle", "integer_datetimes", "standard_conforming_strings", "is_superuser",
@@ -54,6 +57,7 @@ _SET = re.compile(r"^\s*SET\s+(?:SESSION\s+|LOCAL\s+)?(?P<name>[\w.\"]+)\s*(?:=|
 _TIMEZONE = re.compile(r"^\s*SET\s+(?:SESSION\s+|LOCAL\s+)?TIME\s+ZONE\s+(?P<value>.*?)\s*;?\s*$",
                        re.I | re.S)
 _RESET = re.compile(r"^\s*RESET\s+(?P<name>[\w.\"]+)\s*;?\s*$", re.I)
+_PG_LSN = re.compile(r"^[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}$")
 _SHOW = re.compile(r"^\s*SHOW\s+(?P<name>[\w.\"]+)\s*;?\s*$", re.I)
 
 
@@ -114,6 +118,9 @@ class Settings:
             except ValueError:
                 raise PgError(INVALID_PARAMETER, f"partialflow.min_lsn must be an LSN (a whole "
                               f"number >= 0), got {value!r}") from None
+        if name == "partialflow.min_upstream_lsn" and value and not _PG_LSN.match(value):
+            raise PgError(INVALID_PARAMETER, "partialflow.min_upstream_lsn must be a WAL "
+                          f"position in pg_lsn's text form (e.g. '0/16B3748'), got {value!r}")
         self.values[name] = value
         return (name, value) if name in REPORTED else None
 

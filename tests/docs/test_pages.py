@@ -35,6 +35,40 @@ def _postgres(config: dict) -> dict[str, str]:
     return {"PGHOST": "127.0.0.1", "PGPORT": str(config["pg_port"]), "PGUSER": "partialflow"}
 
 
+# Pages whose server follows a PostgreSQL (serve --follow): a database made with this DDL on
+# the tests' PostgreSQL 15 (tests/pg/upstream.py); its URL is in env UPSTREAM.
+FOLLOWED = {
+    "docs/follow-postgres.md": [
+        # Synchronous commits, so pg_current_wal_lsn() after a commit is past it (the test
+        # server commits asynchronously by default).
+        "ALTER DATABASE docs_follow SET synchronous_commit = on",
+        "CREATE TABLE customers (id bigint PRIMARY KEY, name text NOT NULL, city text)",
+        "CREATE TABLE orders (id bigint PRIMARY KEY, customer bigint NOT NULL, "
+        "total float8 NOT NULL, placed timestamptz NOT NULL DEFAULT now())",
+        "INSERT INTO customers VALUES (1, 'ann', 'Oslo'), (2, 'bob', 'Lima')",
+        "INSERT INTO orders (id, customer, total) VALUES (1, 1, 20.0), (2, 2, 7.5)",
+    ],
+}
+
+
+def _follow(name: str, config: dict) -> dict[str, str]:
+    """For a page in FOLLOWED: its upstream database, followed by the page's server."""
+    if name not in FOLLOWED:
+        return {}
+    import sys
+
+    sys.path.insert(0, str(ROOT / "tests" / "pg"))
+    import upstream
+
+    reason = upstream.skip_reason()
+    if reason:
+        pytest.skip(reason)
+    up = upstream.upstream()
+    up.database("docs_follow", FOLLOWED[name])
+    config["follow"] = up.url("docs_follow")
+    return {"UPSTREAM": up.url("docs_follow")}
+
+
 def _workdir(tmp_path: Path) -> Path:
     """A directory that looks like the root of a clone (examples/, scripts/, ... linked),
     so files a page writes land here and not in the checkout."""
@@ -56,6 +90,7 @@ def test_page_examples(page: Path, spark, tmp_path, monkeypatch) -> None:
         pytest.skip("no runnable example on this page")
     config: dict = {}
     pg_env = _postgres(config)
+    pg_env.update(_follow(str(page.relative_to(ROOT)), config))
     work = _workdir(tmp_path)
     with InProcessServer(tmp_path / "data", spark, **config) as server:
         assert server.address is not None
@@ -103,6 +138,7 @@ RUN_BLOCKS = {
     "docs/concepts.md": 3,
     "docs/configuration.md": 1,
     "docs/disk-full.md": 3,
+    "docs/follow-postgres.md": 4,
     "docs/getting-started.md": 4,
     "docs/index.md": 1,
     "docs/operations.md": 2,

@@ -30,6 +30,18 @@ class Upstream:
     host: str
     port: int
     root: Path
+    opts: str = ""
+
+    def restart(self, down_for: float = 0.0) -> None:
+        """Stop the server (fast: sessions are cut), wait ``down_for`` s, start it again on
+        the same port."""
+        data = self.root / "data"
+        subprocess.run([str(BIN / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"],
+                       check=True, capture_output=True, **_as_postgres())
+        time.sleep(down_for)
+        subprocess.run([str(BIN / "pg_ctl"), "-D", str(data), "-w", "-t", "60",
+                        "-l", str(self.root / "log"), "start", "-o", self.opts],
+                       check=True, capture_output=True, **_as_postgres())
 
     def dsn(self, dbname: str = "postgres") -> str:
         return f"host={self.host} port={self.port} user=postgres dbname={dbname}"
@@ -96,7 +108,11 @@ def upstream() -> Upstream:
     for attempt in range(5):
         port = _free_port()
         opts = (f"-c port={port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={root}"
-                " -c fsync=off -c synchronous_commit=off -c full_page_writes=off")
+                " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+                # Logical replication for tests/follow (serve --follow): a restart-only
+                # setting, so every test's server has it.
+                " -c wal_level=logical -c max_wal_senders=20 -c max_replication_slots=20"
+                " -c wal_sender_timeout=10s")
         r = subprocess.run([str(BIN / "pg_ctl"), "-D", str(data), "-w", "-t", "60",
                             "-l", str(root / "log"), "start", "-o", opts],
                            capture_output=True, **_as_postgres())
@@ -106,7 +122,7 @@ def upstream() -> Upstream:
     else:
         log = (root / "log").read_text() if (root / "log").exists() else ""
         raise RuntimeError(f"PostgreSQL did not start: {r.stderr.decode()} {log[-2000:]}")
-    _started = Upstream("127.0.0.1", port, root)
+    _started = Upstream("127.0.0.1", port, root, opts)
     atexit.register(_stop, data, root)
     return _started
 
