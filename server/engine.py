@@ -144,7 +144,7 @@ class Engine:
         self._writes_lock = threading.Lock()
         # Tables another system owns (followed from an upstream PostgreSQL: server/follow),
         # lower-cased name -> that system: the write API refuses them; the follower writes
-        # through ``_write`` (with the transactions API: ``origin="follow"``).
+        # through ``write_many(..., origin="follow")``.
         self.read_only: dict[str, str] = {}
         # The follower, when following (the service and the PostgreSQL front end ask it
         # for min_upstream_lsn and Result.upstream_lsn); set by the app.
@@ -300,13 +300,23 @@ class Engine:
         return self._write_many([TableChange(table, inserts, deletes)], None)
 
     def write_many(
-        self, changes: Sequence[TableChange], *, upstream_lsn: int | None = None
+        self,
+        changes: Sequence[TableChange],
+        *,
+        upstream_lsn: int | None = None,
+        origin: str | None = None,
     ) -> int:
         """One transaction: ``changes`` to any tables, applied in order at one LSN, durable
         as one unit, checked as a whole (any error refuses all of it), and applied by the
         dataflow as one update, so no read, subscription or checkpoint sees a part of it;
         returns its LSN. Without rows it is refused (InvalidArgument) unless it carries
-        ``upstream_lsn``, which is stored with it (``storage.upstream_lsn``)."""
+        ``upstream_lsn``, which is stored with it (``storage.upstream_lsn``).
+
+        Tables followed from an upstream database are read-only here, except to the
+        follower itself (``origin="follow"``), which applies the upstream's transactions."""
+        if origin != "follow":
+            for change in changes:
+                self.check_writable(change.table)
         if upstream_lsn is None and isinstance(changes, (list, tuple)) and not any(
             isinstance(c, TableChange) and (c.inserts or c.deletes) for c in changes
         ):

@@ -37,7 +37,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from partialflow.server.errors import DeadlineExceeded, FailedPrecondition
-from partialflow.server.follow import _tx_standin as tx
+from partialflow.server.storage.record import TableChange
 from partialflow.server.follow.changes import Inconsistent, Shadow, TableTxn, multiset_diff
 from partialflow.server.follow.copy import copy_tables
 from partialflow.server.follow.lsn import format_lsn
@@ -105,7 +105,7 @@ class Follower:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._waiters = 0
-        self.applied: int | None = tx.stored_upstream_lsn(engine)
+        self.applied: int | None = engine.storage.upstream_lsn
         self._caught_up = self.applied or 0
         self._last_write_lsn = int(engine.storage.last_lsn)
         self._history: list[tuple[int, int]] = []  # (our LSN, upstream end LSN), ascending
@@ -265,7 +265,7 @@ class Follower:
         for name, rows in copied.items():
             deletes, inserts = multiset_diff([] if first else self._stored_rows(name), rows)
             if deletes or inserts:
-                changes.append(tx.TableChange(name, inserts, deletes))
+                changes.append(TableChange(name, inserts, deletes))
         lsn = self._write(changes, point)
         for name, rows in copied.items():
             if self.tables[name].key:
@@ -416,7 +416,7 @@ class Follower:
         for name, t in txn.items():
             deletes, inserts = t.changes()
             if deletes or inserts:
-                changes.append(tx.TableChange(name, inserts, deletes))
+                changes.append(TableChange(name, inserts, deletes))
                 rows += len(deletes) + len(inserts)
         if changes:
             self._write(changes, end)
@@ -434,10 +434,10 @@ class Follower:
         cur.send_feedback(write_lsn=end, flush_lsn=end, apply_lsn=end)
 
     def _write(self, changes: list[Any], upstream_lsn: int) -> int:
-        """THE one call of the transactions API (a stand-in until it is merged)."""
+        """The one call of the transactions API: an upstream transaction, one write here."""
         if not changes:
             return self._last_write_lsn
-        lsn = tx.write_many(self.engine, changes, upstream_lsn=upstream_lsn)
+        lsn = self.engine.write_many(changes, upstream_lsn=upstream_lsn, origin="follow")
         with self._cv:
             self._last_write_lsn = lsn
             self._history.append((lsn, upstream_lsn))

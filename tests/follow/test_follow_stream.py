@@ -112,8 +112,8 @@ def test_stream_matches_upstream_views(fl):
 
 def test_multi_table_transactions_atomic_in_commit_order(fl):
     """Each upstream transfer moves an amount out of acct into moved in ONE transaction:
-    at every LSN here, sum(bal) + sum(amount) is the same. Needs the transactions API
-    (one write per upstream transaction): fails with its temporary stand-in."""
+    at every LSN here, sum(bal) + sum(amount) is the same: it fails if an upstream
+    transaction is applied as one write per table."""
     srv, dsn = fl
     total = "SELECT (SELECT SUM(bal) FROM acct) + (SELECT COALESCE(SUM(amount), 0) FROM moved)"
     base = pg_rows(dsn, total)[0][0]
