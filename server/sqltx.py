@@ -56,7 +56,7 @@ def _norm(stmt: str) -> str:
 def is_transaction(sql: str) -> bool:
     """Whether ``sql`` is a transaction block (its first statement is BEGIN)."""
     head = sql.lstrip()[:24].upper()
-    if not (head.startswith("BEGIN") or head.startswith("START")):
+    if not (head.startswith(("BEGIN", "START"))):
         return False
     parts = split(sql)
     return bool(parts) and _norm(parts[0]) in _BEGIN

@@ -37,7 +37,6 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from partialflow.server.errors import DeadlineExceeded, FailedPrecondition
-from partialflow.server.storage.record import TableChange
 from partialflow.server.follow.changes import Inconsistent, Shadow, TableTxn, multiset_diff
 from partialflow.server.follow.copy import copy_tables
 from partialflow.server.follow.lsn import format_lsn
@@ -58,6 +57,7 @@ from partialflow.server.follow.typemap import (
     read_tables,
     same_shape,
 )
+from partialflow.server.storage.record import TableChange
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +160,7 @@ class Follower:
         os.replace(tmp, path)
 
     def _setup(self, con: Any) -> None:
-        tables, refused, oids = read_tables(con, self.wanted)
+        tables, refused, _oids = read_tables(con, self.wanted)
         if self.wanted and refused:
             raise FailedPrecondition("cannot follow " + "; ".join(
                 f"table {t}: {why}" for t, why in refused.items()))

@@ -158,5 +158,13 @@ class RowDecoder:
         return out
 
 
-__all__ = ["UNCHANGED", "RowDecoder", "Refused", "UpstreamTable", "copy_sql", "map_table",
-           "read_tables", "same_shape"]
+__all__ = [
+    "UNCHANGED",
+    "Refused",
+    "RowDecoder",
+    "UpstreamTable",
+    "copy_sql",
+    "map_table",
+    "read_tables",
+    "same_shape",
+]

@@ -106,8 +106,8 @@ def _transfers(address: str, u: str, me: int, threads: int, stop: threading.Even
     transaction each time; balances are known here since only this thread changes them."""
     rng = random.Random(me)
     mine = [i for i in range(GROUPS * PER_GROUP) if i % threads == me]
-    a = {i: START for i in mine}
-    b = {i: START for i in mine}
+    a = dict.fromkeys(mine, START)
+    b = dict.fromkeys(mine, START)
     try:
         with Client(address, timeout=600) as c:
             while not stop.is_set():

@@ -28,8 +28,8 @@ def test_checkpoint_while_transactions_stream_then_restart(tmp_path, spark) -> N
         c.insert("b", [(i, START) for i in ids])
         c.execute(f"CREATE VIEW totals AS {VIEW}")
         assert all(r.rows == [(g, TOTAL)] for g, r in c.lookup_many("totals", groups).items())
-        a = {i: START for i in ids}
-        b = {i: START for i in ids}
+        a = dict.fromkeys(ids, START)
+        b = dict.fromkeys(ids, START)
         stop = threading.Event()
         lsns: list[int] = []
 

@@ -12,7 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "pg"))
 
-import upstream as pg_upstream  # noqa: E402
+import upstream as pg_upstream
 
 
 @pytest.fixture(scope="session")

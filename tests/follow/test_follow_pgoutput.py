@@ -37,7 +37,7 @@ def s(text: str) -> bytes:
     return text.encode() + b"\0"
 
 
-def tup(*cols: bytes | None | str) -> bytes:
+def tup(*cols: bytes | str | None) -> bytes:
     out = struct.pack(">h", len(cols))
     for c in cols:
         if c is None:
@@ -129,7 +129,7 @@ def test_type_mapping_refuses_what_does_not_map():
 def test_one_transaction_nets_to_deletes_and_inserts():
     t = _table()
     shadow = Shadow(t, [(1, "a", 1), (2, "b", 2)])
-    txn = TableTxn(t, shadow, lambda: [])
+    txn = TableTxn(t, shadow, list)
     txn.insert([3, "c", 3])
     txn.update([3, "c", 4], None, False)  # inserted then updated: one insert
     txn.update([1, UNCHANGED, 9], None, False)  # TOAST value kept from the row here
@@ -140,7 +140,7 @@ def test_one_transaction_nets_to_deletes_and_inserts():
     txn.commit_shadow()
     assert shadow.rows == {(1,): (1, "a", 9), (3,): (3, "c", 4)}
     with pytest.raises(Inconsistent):
-        TableTxn(t, shadow, lambda: []).delete([2, None, None], False)
+        TableTxn(t, shadow, list).delete([2, None, None], False)
 
 
 def test_keyless_table_under_replica_identity_full():
