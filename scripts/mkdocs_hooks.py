@@ -107,6 +107,10 @@ LAYER_JOBS = {
     "extended queries, an emulated pg_catalog, SUBSCRIBE, SCRAM and TLS",
     "partialflow.server.engine": "statements to calls: DDL to storage and dataflow, writes, "
     "loads, snapshot queries",
+    "partialflow.server.sqltx": "a transaction block (BEGIN; INSERT/UPDATE/DELETE ...; "
+    "COMMIT) sent as one script, turned into the changes of one write",
+    "partialflow.server.follow": "following an upstream PostgreSQL: copy in an exported "
+    "snapshot, then pgoutput by logical replication, one write per upstream transaction",
     "partialflow.server.bulk": "bulk loads: a file read by Spark, converted, one atomic write",
     "partialflow.server.upquery": "the Spark side: a state's subgraph compiled to one Spark "
     "plan (kept per state and base data, keys bound per fill); fills run on Spark",

@@ -175,7 +175,9 @@ class Engine:
         """Run one statement (DDL, INSERT ... VALUES, EXPLAIN or SELECT) and return its result,
         or a transaction block (``BEGIN; ...; COMMIT``: ``sqltx``) as one write."""
         if sqltx.is_transaction(sql):
-            return sqltx.run(self, sql)
+            changes = sqltx.changes(self, sql)
+            lsn = self.write_many(changes) if changes else self.storage.last_lsn
+            return ResultSet([], [], lsn)  # ROLLBACK or no rows: nothing written
         return self.run(parse(sql))
 
     def run(self, stmt: Statement) -> ResultSet:
@@ -245,10 +247,10 @@ class Engine:
     def _insert(self, stmt: Insert) -> ResultSet:
         rows = stmt.rows
         if stmt.columns:
-            rows = self._reorder(stmt.table, stmt.columns, rows)
+            rows = self.reorder(stmt.table, stmt.columns, rows)
         return ResultSet([], [], self.write(stmt.table, inserts=rows))
 
-    def _reorder(self, table: str, listed: list[str], rows: list[tuple]) -> list[tuple]:
+    def reorder(self, table: str, listed: list[str], rows: list[tuple]) -> list[tuple]:
         """Rows given for a column list, in the table's column order (NULL for the rest)."""
         names = [c.name for c in self.storage.table(table).columns]
         # Names match as Spark matches them, whatever the case; each may be listed once

@@ -12,7 +12,7 @@ nothing is written: run it again.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import sqlglot.expressions as exp
 
@@ -22,7 +22,18 @@ from partialflow.server.statements import literal_value, simple_name
 from partialflow.server.storage import TableChange
 
 if TYPE_CHECKING:
-    from partialflow.server.engine import Engine, ResultSet
+    from partialflow.server.storage import Storage
+
+
+class TxHost(Protocol):
+    """What a transaction block needs of the engine (which passes itself): the tables'
+    columns and last LSN, INSERT column lists put in table order, snapshot reads."""
+
+    storage: Storage
+
+    def reorder(self, table: str, listed: list[str], rows: list[tuple]) -> list[tuple]: ...
+
+    def query(self, sql: str, as_of: int | None = None) -> Any: ...
 
 _BEGIN = ("BEGIN", "START TRANSACTION", "BEGIN TRANSACTION", "BEGIN WORK")
 _COMMIT = ("COMMIT", "END", "COMMIT TRANSACTION", "COMMIT WORK")
@@ -62,12 +73,9 @@ def is_transaction(sql: str) -> bool:
     return bool(parts) and _norm(parts[0]) in _BEGIN
 
 
-def run(engine: Engine, sql: str) -> ResultSet:
-    """Run a transaction block: BEGIN, writes, then COMMIT or ROLLBACK as its last
-    statement. Returns an empty result at the transaction's LSN (ROLLBACK, or a block
-    without rows: the last LSN, nothing written)."""
-    from partialflow.server.engine import ResultSet
-
+def changes(engine: TxHost, sql: str) -> list[TableChange]:
+    """A transaction block (BEGIN, writes, then COMMIT or ROLLBACK as its last statement)
+    as the changes to commit in one write; none for ROLLBACK or a block without rows."""
     parts = split(sql)
     end = _norm(parts[-1]) if len(parts) > 1 else ""
     if end not in _COMMIT + _ROLLBACK:
@@ -101,11 +109,11 @@ def run(engine: Engine, sql: str) -> ResultSet:
         else:
             raise InvalidArgument(f"statement {i} of the transaction: cannot parse {text!r}")
     if end in _ROLLBACK or not any(c.inserts or c.deletes for c in changes):
-        return ResultSet([], [], engine.storage.last_lsn)
-    return ResultSet([], [], engine.write_many(changes))
+        return []
+    return changes
 
 
-def _insert(engine: Engine, node: exp.Insert) -> TableChange:
+def _insert(engine: TxHost, node: exp.Insert) -> TableChange:
     target = node.this
     listed = target.expressions if isinstance(target, exp.Schema) else None
     name = simple_name(target.this if isinstance(target, exp.Schema) else target, "INSERT")
@@ -114,11 +122,11 @@ def _insert(engine: Engine, node: exp.Insert) -> TableChange:
         raise InvalidArgument("INSERT: only INSERT ... VALUES is supported")
     rows = [tuple(literal_value(v) for v in t.expressions) for t in values.expressions]
     if listed:
-        rows = engine._reorder(name, [c.name for c in listed], rows)
+        rows = engine.reorder(name, [c.name for c in listed], rows)
     return TableChange(name, inserts=rows)
 
 
-def _target(engine: Engine, node: exp.Expression, kind: str) -> tuple[str, list[str]]:
+def _target(engine: TxHost, node: exp.Expression, kind: str) -> tuple[str, list[str]]:
     if node.args.get("returning"):
         raise InvalidArgument(f"{kind} ... RETURNING is not supported")
     if node.args.get("from") or node.args.get("from_") or node.args.get("using"):
@@ -128,7 +136,7 @@ def _target(engine: Engine, node: exp.Expression, kind: str) -> tuple[str, list[
     return table, names
 
 
-def _picked(engine: Engine, node: exp.Expression, kind: str, as_of: int,
+def _picked(engine: TxHost, node: exp.Expression, kind: str, as_of: int,
             extra: list[exp.Expression] | None = None) -> tuple[str, list[tuple]]:
     """The rows ``node`` (an UPDATE or DELETE) picks at ``as_of``, each followed by the
     values of ``extra`` for it."""
@@ -141,7 +149,7 @@ def _picked(engine: Engine, node: exp.Expression, kind: str, as_of: int,
     return table, [tuple(r) for r in rows]
 
 
-def _update(engine: Engine, node: exp.Update, as_of: int) -> TableChange:
+def _update(engine: TxHost, node: exp.Update, as_of: int) -> TableChange:
     table, names = _target(engine, node, "UPDATE")
     low = [n.lower() for n in names]
     sets: dict[int, Any] = {}
