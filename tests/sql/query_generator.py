@@ -55,6 +55,9 @@ class Query:
     spark: bool = True  # Spark runs it (it refuses a correlated scalar subquery in the
     # SELECT list of a grouped query: SCALAR_SUBQUERY_IS_IN_GROUP_BY_OR_AGGREGATE_FUNCTION)
     refused: str | None = None  # expected refusal (words of the message)
+    kind: str = ""  # the generator's kind (set by Generator.query)
+    construct: str = ""  # a finer label: cross products by table count, subqueries by
+    # position and correlation (the long run's checks are counted by it)
 
 
 KINDS = ["filter", "join", "join3", "comma", "aggregate", "join_aggregate", "distinct", "in",
@@ -106,7 +109,12 @@ class Generator:
         return self.rng.random() < p
 
     def query(self) -> Query:
-        return getattr(self, f"_{self.rng.choice(self.kinds)}")()
+        kind = self.rng.choice(self.kinds)
+        self._correlated: set[str] = set()  # the subquery texts below naming the outer query
+        q: Query = getattr(self, f"_{kind}")()
+        q.kind = kind
+        q.construct = q.construct or kind
+        return q
 
     def _filter(self) -> Query:
         key = "{r}.k" if self.maybe() else None
@@ -256,13 +264,13 @@ class Generator:
             aggs = self._aggregates(f"{refs[x]}.{num[tables[x]]}")
             sql = (f"SELECT {refs[at]}.{col} AS g, {aggs} FROM {text}{self.where(where, key)} "
                    f"GROUP BY {refs[at]}.{col}")
-            return Query(sql, col if key else None)
+            return Query(sql, col if key else None, construct=f"cross {n} tables")
         picks = [f"{refs[i]}.{c}" for i in range(n) for c, _ in SCHEMA[tables[i]]]
         cols = rng.sample(picks, rng.randrange(2, 5))
         out = ", ".join(f"{c} AS c{m}" for m, c in enumerate(cols))
         distinct = "DISTINCT " if shape == "distinct" else ""
         return Query(f"SELECT {distinct}{out} FROM {text}{self.where(where, key)}",
-                     col if key else None)
+                     col if key else None, construct=f"cross {n} tables")
 
     def _scalar_sub(self, outer: str, correlated: bool | None = None) -> str:
         """A one-value subquery over q: an aggregate, correlated with ``outer`` (r's name)
@@ -274,7 +282,10 @@ class Generator:
                            "z.b >= {o}.a AND ", "z.b + 1 > {o}.k AND "])
         if correlated is False:
             corr = ""
-        return f"(SELECT {agg} FROM {{q}} z WHERE {corr.format(o=outer)}{self.pred_q('z')})"
+        text = f"(SELECT {agg} FROM {{q}} z WHERE {corr.format(o=outer)}{self.pred_q('z')})"
+        if corr:
+            self._correlated.add(text)
+        return text
 
     def _predicate_sub(self, outer: str) -> str:
         """EXISTS / IN / NOT IN over q, correlated with ``outer`` or not."""
@@ -282,13 +293,16 @@ class Generator:
         corr = rng.choice(["", "z.k = {o}.k AND ", "z.b > {o}.a AND ", "z.k <> {o}.k AND "])
         cond = f"{corr.format(o=outer)}{self.pred_q('z')}"
         value = rng.choice(["z.b", "CASE WHEN z.b > 5 THEN NULL ELSE z.b END"])
-        return rng.choice([
+        text = rng.choice([
             f"EXISTS (SELECT 1 FROM {{q}} z WHERE {cond})",
             f"NOT EXISTS (SELECT 1 FROM {{q}} z WHERE {cond})",
             f"{outer}.a IN (SELECT {value} FROM {{q}} z WHERE {cond})",
             f"{outer}.a NOT IN (SELECT {value} FROM {{q}} z WHERE {cond})",
             f"{outer}.k + 1 IN (SELECT z.b FROM {{q}} z WHERE {cond})",
         ])
+        if corr:
+            self._correlated.add(text)
+        return text
 
     def _subexpr(self) -> Query:
         """Subqueries in every expression position over r: arithmetic, CASE, BETWEEN, an IN
@@ -310,8 +324,9 @@ class Generator:
             else:
                 sql = (f"SELECT {o}.k, MAX({o}.a) AS m, {g} AS sub FROM {o}"
                        f"{self.where([], where_key)} GROUP BY {o}.k")
-                return Query(sql, key, spark="{r}.k" not in g)
-            return Query(sql, key)
+                return Query(sql, key, spark="{r}.k" not in g,
+                             construct=self._label(position, sql, g))
+            return Query(sql, key, construct=self._label(position, sql, g))
         if position == "arith":
             sql = f"SELECT {o}.k, {o}.a, {o}.a * 2 - {s} AS x FROM {o}{self.where([], where_key)}"
         elif position == "case":
@@ -335,7 +350,12 @@ class Generator:
         else:
             sql = (f"SELECT {o}.k, COALESCE({s}, -1) AS v FROM {o}"
                    f"{self.where([self.pred_r()], where_key)}")
-        return Query(sql, key)
+        return Query(sql, key, construct=self._label(position, sql))
+
+    def _label(self, position: str, sql: str, *correlated: str) -> str:
+        """``subexpr <position> correlated|uncorrelated`` for the check counts."""
+        corr = any(t in sql for t in self._correlated) or any("{r}." in t for t in correlated)
+        return f"subexpr {position} {'correlated' if corr else 'uncorrelated'}"
 
     def _multiway(self) -> Query:
         """A join of 4 or 5 tables, self-joins included: a random tree of equalities written

@@ -21,8 +21,10 @@ Spark query per view and round checks them all):
         PARTIALFLOW_GENERATED_KEYS=10 scripts/test.sh -q tests/sql/test_generated_queries.py
 
 PARTIALFLOW_GENERATED_SEED picks the seed, PARTIALFLOW_GENERATED_KINDS=multiway,scalar
-(say) only those kinds. The counts (generated, accepted, refused, key checks against Spark
-and sqlite) are printed; a long run prints them as it goes, with any mismatch at once.
+(say) only those kinds (a kind named twice is drawn twice as often). The counts (generated,
+accepted, refused, key checks against Spark and sqlite) are printed, and the checks per
+construct (each kind; cross products by table count; subqueries by expression position,
+correlated or not); a long run prints the counts as it goes, with any mismatch at once.
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ def test_generated_queries_match_spark_and_sqlite(server, uniq, capsys):
     gen = Generator(rng, KINDS or None)
     began = time.monotonic()
     counts: Counter = Counter()
+    by_construct: Counter = Counter()  # key checks (Spark and sqlite) per construct
     mismatches: list[str] = []
     # A long timeout: on a busy shared machine a view's first Spark load can take over 30 s.
     with server.client(timeout=300) as c:
@@ -100,7 +103,7 @@ def test_generated_queries_match_spark_and_sqlite(server, uniq, capsys):
                 marks = ", ".join("?" * len(cols))
                 mirror.executemany(f"INSERT INTO {names[t]} VALUES ({marks})", live[t])
             for n, (view, sql, query) in enumerate(views):
-                bad = _check_view(c, mirror, view, sql, query, rng, lsn, counts)
+                bad = _check_view(c, mirror, view, sql, query, rng, lsn, counts, by_construct)
                 mismatches += bad
                 if LONG and (bad or n % 25 == 24):  # a long run shows where it is, and why
                     with capsys.disabled():
@@ -119,7 +122,10 @@ def test_generated_queries_match_spark_and_sqlite(server, uniq, capsys):
                 c.evict(view, (rng.choice(KEYS[query.key]),) if query.key else ())
     with capsys.disabled():
         print(f"\ngenerated queries (seed {SEED}, {time.monotonic() - began:.0f} s): "
-              f"{dict(counts)}, mismatches {len(mismatches)}")
+              f"{dict(counts)}, checks {counts['spark_checks'] + counts['sqlite_checks']}, "
+              f"mismatches {len(mismatches)}\nchecks by construct:")
+        for construct, n in sorted(by_construct.items()):
+            print(f"  {construct:40} {n:6}")
     assert not mismatches, "\n".join(mismatches[:20])
     assert counts["accepted"] >= QUERIES // 2, counts  # the generator is not all refusals
 
@@ -141,7 +147,8 @@ def _write_round(c: Any, rng: random.Random, names: dict[str, str],
 
 
 def _check_view(c: Any, mirror: sqlite3.Connection, view: str, sql: str, query: Query,
-                rng: random.Random, lsn: int, counts: Counter) -> list[str]:
+                rng: random.Random, lsn: int, counts: Counter,
+                by_construct: Counter) -> list[str]:
     """Reads some keys of ``view`` at ``lsn`` or later and compares each with Spark at its
     result's LSN and (results at ``lsn``, where the dialects agree) with sqlite; counts the
     comparisons made and returns the mismatches."""
@@ -152,6 +159,7 @@ def _check_view(c: Any, mirror: sqlite3.Connection, view: str, sql: str, query: 
     if query.spark:
         bad += [f"{sql}: {b[:MESSAGE]}" for b in check_results(c, sql, results)]
         counts["spark_checks"] += len(keys)
+        by_construct[query.construct] += len(keys)
     if not query.sqlite:
         return bad
     for key, res in results.items():
@@ -162,4 +170,5 @@ def _check_view(c: Any, mirror: sqlite3.Connection, view: str, sql: str, query: 
             bad.append(f"{sql} key {key!r} at LSN {lsn}: view {sorted(map(repr, res.rows))} "
                        f"!= sqlite {sorted(map(repr, want))}"[:MESSAGE])
         counts["sqlite_checks"] += 1
+        by_construct[query.construct] += 1
     return bad
