@@ -62,7 +62,7 @@ class Query:
 
 KINDS = ["filter", "join", "join3", "comma", "aggregate", "join_aggregate", "distinct", "in",
          "not_in", "exists", "scalar", "setop", "topk", "refused", "multiway", "multiway",
-         "cross", "cross", "subexpr", "subexpr", "subexpr"]
+         "cross", "cross", "subexpr", "subexpr", "subexpr", "scalar_rows"]
 
 
 class Generator:
@@ -222,8 +222,8 @@ class Generator:
         sql, why = self.rng.choice([
             ("SELECT {r}.k FROM {r} GROUP BY {r}.k ORDER BY (SELECT COUNT(*) FROM {q}) LIMIT 2",
              "scalar subquery"),
-            ("SELECT {r}.k FROM {r} WHERE {r}.a > (SELECT {q}.b FROM {q})",
-             "aggregate without GROUP BY"),
+            ("SELECT {r}.k, COUNT(*) AS n FROM {r} GROUP BY {r}.k HAVING COUNT(*) > "
+             "(SELECT {q}.b FROM {q})", "may return more than one row"),
             ("SELECT {r}.k, ROW_NUMBER() OVER (ORDER BY {r}.a) AS n FROM {r}", "window"),
             ("SELECT {r}.k FROM {r} RIGHT JOIN {q} ON {r}.k = {q}.k", "RIGHT JOIN"),
         ])
@@ -356,6 +356,27 @@ class Generator:
         """``subexpr <position> correlated|uncorrelated`` for the check counts."""
         corr = any(t in sql for t in self._correlated) or any("{r}." in t for t in correlated)
         return f"subexpr {position} {'correlated' if corr else 'uncorrelated'}"
+
+    def _scalar_rows(self) -> Query:
+        """A scalar subquery without an aggregate: none, one or several rows as the writes
+        go, correlated by an equality or not, in the SELECT list or a WHERE comparison. A
+        read meeting several rows must fail (FailedPrecondition) exactly when Spark's query
+        does (SCALAR_SUBQUERY_TOO_MANY_ROWS); sqlite takes the first row instead."""
+        rng = self.rng
+        o = "{r}"
+        corr = rng.choice(["", "z.k = {r}.k AND "])
+        cond = rng.choice([f"z.k = {rng.randrange(7)} AND z.u = 'p'",
+                           f"z.b = {rng.randrange(8)} AND z.u IS NOT NULL", "z.u = 'q'"])
+        sub = f"(SELECT z.b FROM {{q}} z WHERE {corr}{cond})"
+        key = "k" if self.maybe(0.7) else None
+        where_key = f"{o}.k" if key else None
+        if self.maybe():
+            sql = f"SELECT {o}.k, {o}.a, {sub} + 1 AS x FROM {o}{self.where([], where_key)}"
+        else:
+            sql = (f"SELECT {o}.k, {o}.s FROM {o}"
+                   f"{self.where([f'{o}.a >= {sub}'], where_key)}")
+        return Query(sql, key, sqlite=False, construct="scalar_rows " + (
+            "correlated" if corr else "uncorrelated"))
 
     def _multiway(self) -> Query:
         """A join of 4 or 5 tables, self-joins included: a random tree of equalities written
