@@ -80,6 +80,16 @@ def refuse_here(guards: Sequence[Guard], where: str) -> None:
             "over this one")
 
 
+def refuse_view_over(name: str, guards: tuple[tuple[int, str], ...]) -> None:
+    """Refuses a view over view ``name`` if its reads check guards (a view over it would
+    read its rows without them)."""
+    if guards:
+        raise InvalidArgument(
+            f"view {name!r} has a scalar subquery that may return more than one row, which "
+            "its own reads check; a view over it would lose that check: define this one over "
+            "the tables instead")
+
+
 def check_rows(guards: tuple[tuple[int, str], ...], view: str, key: Any,
                rows: Sequence[Sequence[Any]]) -> None:
     """Raises ``FailedPrecondition`` if a row of ``key`` has a set guard column."""

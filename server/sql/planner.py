@@ -46,7 +46,7 @@ from partialflow.server.sql.binding import (
 )
 from partialflow.server.sql.distinct_aggregates import distinct_input, mixed, two_levels
 from partialflow.server.sql.from_clause import conjunction, plan_from, without_from
-from partialflow.server.sql.guards import Guard, guarded, refuse_here
+from partialflow.server.sql.guards import Guard, guarded, refuse_here, refuse_view_over
 from partialflow.server.sql.not_in import is_not_in, not_in_join
 from partialflow.server.sql.parse import parse_query
 from partialflow.server.sql.plan import PlanNode, ViewPlan, op_node, visible_only
@@ -488,6 +488,7 @@ class Planner:
                     f"view {name!r} has parameters; a view over it must be defined over a view "
                     "without parameters"
                 )
+            refuse_view_over(name, view.guards)
             node = visible_only(view)
             return node, Scope([(alias, c.lower()) for c in view.columns])
         if isinstance(rel, exp.Subquery):

@@ -78,6 +78,8 @@ CASES = [
      "output column"),
     ("SELECT k FROM db.t", "qualified table names", "name the table alone"),
     ("SELECT k FROM pv", "view 'pv' has parameters", "a view without parameters"),
+    ("SELECT k FROM gv", "view 'gv' has a scalar subquery that may return more than one row",
+     "over the tables instead"),
     ("SELECT k FROM t, u", "ambiguous", "qualify it"),
 ]
 # First attempts whose refusals the planner catches, trying markers.py's general plan.
@@ -100,7 +102,9 @@ NOT_REFUSALS = {
 
 
 def _plan(sql: str) -> str:
-    views = {"pv": Planner(CATALOG.get, lambda _v: None).plan("SELECT k, v FROM t WHERE k = ?")}
+    plan = Planner(CATALOG.get, lambda _v: None).plan
+    views = {"pv": plan("SELECT k, v FROM t WHERE k = ?"),
+             "gv": plan("SELECT k, (SELECT w FROM u WHERE u.k = t.k) AS w FROM t")}
     with pytest.raises((InvalidArgument, NotFound)) as err:
         Planner(CATALOG.get, views.get).plan(sql)
     return str(err.value)

@@ -82,3 +82,23 @@ def test_a_several_row_scalar_subquery_where_no_read_can_check_it_is_refused(ser
                 c.execute(f"CREATE VIEW {uniq}bad AS {sql}")
             assert "may return more than one row" in str(err.value), str(err.value)
             assert where in str(err.value), str(err.value)
+
+
+def test_over_the_postgresql_protocol_the_error_is_sqlstate_21000(server, uniq):
+    psycopg = pytest.importorskip("psycopg")
+    from partialflow.server.app.main import pg_port_of
+
+    t, u = f"{uniq}t", f"{uniq}u"
+    dsn = f"host=127.0.0.1 port={pg_port_of(server.server)} user=tester dbname=partialflow"
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+        conn.execute(f"CREATE TABLE {t} (k BIGINT, v BIGINT)")
+        conn.execute(f"CREATE TABLE {u} (k BIGINT, w BIGINT)")
+        conn.execute(f"INSERT INTO {t} VALUES (1, 10), (2, 20)")
+        conn.execute(f"INSERT INTO {u} VALUES (1, 5), (2, 6), (2, 7)")
+        conn.execute(f"CREATE VIEW {uniq}v AS SELECT {t}.k, (SELECT {u}.w FROM {u} WHERE "
+                     f"{u}.k = {t}.k) AS w FROM {t} WHERE {t}.k = ?")
+        assert conn.execute(f"SELECT * FROM {uniq}v WHERE k = 1").fetchall() == [(1, 5)]
+        with pytest.raises(psycopg.Error) as err:
+            conn.execute(f"SELECT * FROM {uniq}v WHERE k = 2").fetchall()
+        assert err.value.sqlstate == "21000", err.value
+        assert "more than one row returned by a subquery" in str(err.value)
