@@ -12,7 +12,7 @@ so the blocking facade (``Dataflow.lookup``) and the stepped tests drive the sam
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import chain, repeat
 from typing import Any, cast
@@ -252,10 +252,11 @@ class Read:
         plan, results = self.reader.plan, self.results
         as_stored = _as_stored(plan, len(self.reader.node.columns))
         if plan.guards:  # a scalar subquery with several rows fails the read (guards.py)
-            got_rows = self.hit_rows[0] if self.hit_rows is not None else [
-                results[k][0] for k in self.keys]
-            for k, rows in zip(self.keys, got_rows, strict=True):
-                check_rows(plan.guards, self.reader.name, k, rows)
+            per_key: Sequence[Sequence[Row]] = (
+                self.hit_rows[0] if self.hit_rows is not None
+                else [results[k][0] for k in self.keys])
+            for k, stored in zip(self.keys, per_key, strict=True):
+                check_rows(plan.guards, self.reader.name, k, stored)
         if self.hit_rows is not None:
             got, lsn = self.hit_rows
             rows = map(list, got) if as_stored else (present(plan, list(r)) for r in got)
