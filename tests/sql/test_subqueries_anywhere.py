@@ -64,7 +64,9 @@ def test_subqueries_in_expressions_stay_exact_under_writes(maintained):
                    [(sql, KEYS[key] if key else [()]) for sql, key in VIEWS], seed=3301,
                    rows=10)
     for step in range(4):
-        m.check(spark=lambda text: "SUM(v) AS s, (SELECT" not in text, sqlite=True)
+        # sqlite after every round, Spark (a query per view) after the first and the last
+        m.check(spark=step in (0, 3), sqlite=True,
+                not_spark=lambda text: "SUM(v) AS s, (SELECT" in text)
         if step == 1:
             m.evict(-1)
         if step == 2:  # the inner table emptied: no rows, NULL and COUNT 0 answers
