@@ -4,7 +4,8 @@ Reads sqllogictest files (the format of SQLite's public-domain test corpus: ``st
 blocks with CREATE TABLE, ``query`` blocks with a SELECT), takes the tables' columns from
 the CREATE TABLE statements, and plans every SELECT as a view with the server's planner
 (no server, no Spark: planning is where a view is accepted or refused). Prints the number
-of queries, the refused share, and the most common refusal reasons (their first words).
+of queries, the refused share, and the most common refusal reasons (their first words),
+each with one full message as the user sees it (it names the construct and why).
 
     python bench/sql_corpus.py path/to/test/select1.test path/to/test/select2.test ...
 
@@ -58,13 +59,16 @@ def main(paths: list[str]) -> None:
             elif kind == "query" and sql.strip().upper().startswith("SELECT"):
                 queries.append((sql, tables))
     reasons: Counter[str] = Counter()
+    examples: dict[str, str] = {}
     refused = 0
     for sql, catalog in queries:
         try:
             Planner(catalog.get, lambda _v: None).plan(sql)
         except (InvalidArgument, NotFound) as err:
             refused += 1
-            reasons[" ".join(re.sub(r"'[^']*'|\([^)]*\)", "", str(err)).split()[:8])] += 1
+            why = " ".join(re.sub(r"'[^']*'|\([^)]*\)", "", str(err)).split()[:8])
+            reasons[why] += 1
+            examples.setdefault(why, str(err))
         except Exception as err:  # a planner crash is a finding too: count it by type
             refused += 1
             reasons[f"CRASH {type(err).__name__}"] += 1
@@ -72,6 +76,8 @@ def main(paths: list[str]) -> None:
     print(f"{n} queries, {refused} refused ({100 * refused / max(n, 1):.1f}%)")
     for why, k in reasons.most_common(12):
         print(f"  {k:5d}  {why}")
+        if why in examples:
+            print(f"         e.g. {examples[why][:300]}")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ so the blocking facade (``Dataflow.lookup``) and the stepped tests drive the sam
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import chain, repeat
 from typing import Any, cast
@@ -23,6 +23,7 @@ from partialflow.server.dataflow.fill import Waiter
 from partialflow.server.dataflow.graph import Reader
 from partialflow.server.dataflow.packets import Miss
 from partialflow.server.errors import InvalidArgument
+from partialflow.server.sql.guards import check_rows
 from partialflow.server.sql.planner import PlanNode, ViewPlan
 
 MAX_ATTEMPTS = 5  # rounds of misses one read asks for (keys evicted meanwhile are re-asked)
@@ -250,6 +251,12 @@ class Read:
         """Per key (in the order asked), the rows as the caller sees them and their LSN."""
         plan, results = self.reader.plan, self.results
         as_stored = _as_stored(plan, len(self.reader.node.columns))
+        if plan.guards:  # a scalar subquery with several rows fails the read (guards.py)
+            per_key: Sequence[Sequence[Row]] = (
+                self.hit_rows[0] if self.hit_rows is not None
+                else [results[k][0] for k in self.keys])
+            for k, stored in zip(self.keys, per_key, strict=True):
+                check_rows(plan.guards, self.reader.name, k, stored)
         if self.hit_rows is not None:
             got, lsn = self.hit_rows
             rows = map(list, got) if as_stored else (present(plan, list(r)) for r in got)

@@ -40,6 +40,7 @@ UNAVAILABLE = "57P03"  # cannot_connect_now (the server is not ready or shutting
 RESOURCES = "53000"  # insufficient_resources
 TOO_MANY_CONNECTIONS = "53300"  # too_many_connections
 INTERNAL = "XX000"  # internal_error
+CARDINALITY_VIOLATION = "21000"  # cardinality_violation
 
 
 class PgError(Exception):
@@ -69,6 +70,8 @@ _BY_CLASS: tuple[tuple[type[BaseException], str], ...] = (
 
 # Within a class, what the message names refines the SQLSTATE (first match wins).
 _BY_MESSAGE: tuple[tuple[type[BaseException], re.Pattern[str], str], ...] = (
+    (pf.FailedPrecondition, re.compile(r"more than one row returned by a subquery"),
+     CARDINALITY_VIOLATION),
     (pf.AlreadyExists, re.compile(r"primary key|duplicate key"), UNIQUE_VIOLATION),
     (pf.NotFound, re.compile(r"unknown column|no column"), UNDEFINED_COLUMN),
     (pf.InvalidArgument, re.compile(r"unknown (column|field)|cannot resolve|UNRESOLVED_COLUMN",

@@ -25,6 +25,12 @@ _AGG_FUNCS: dict[type, str] = {
 }
 
 
+# Why a window function is refused, and what to do instead.
+WHY_WINDOW = (
+    "(a window's value depends on the other rows of its partition and their order, which a "
+    "view's operators do not keep); compute it over the view's rows when reading"
+)
+
 def compile_expr(e: exp.Expression) -> CompiledExpr:
     """Compile an expression for the dataflow; one it cannot compute refuses the view."""
     try:
@@ -94,13 +100,16 @@ def _bind(
                 return n
             return col(scope.find(n))
         if isinstance(n, (exp.Subquery, exp.Exists, exp.Select)):
-            raise InvalidArgument(f"subqueries in expressions are not supported: {n.sql()!r}")
+            raise InvalidArgument(f"subqueries in expressions are not supported here: {n.sql()!r} "
+                                  "(only in WHERE, the SELECT list and HAVING)")
         if isinstance(n, exp.Window):
-            raise InvalidArgument(f"window functions are not supported: {n.sql()!r}")
+            raise InvalidArgument(f"window functions are not supported: {n.sql()!r} {WHY_WINDOW}")
         if isinstance(n, exp.Placeholder):
             raise InvalidArgument("a parameter (?) is only allowed as `column = ?` in WHERE")
         if isinstance(n, tuple(_AGG_FUNCS)):
-            raise InvalidArgument(f"aggregate {n.sql()!r} is not allowed here")
+            raise InvalidArgument(
+                f"aggregate {n.sql()!r} is not allowed here (in WHERE, GROUP BY or ON, which "
+                "are decided per row); aggregates go in the SELECT list or HAVING")
         return n
     return e.copy().transform(swap)
 
@@ -195,7 +204,10 @@ def _param_column(conj: exp.Expression) -> exp.Column | None:
 def _limit(q: exp.Expression) -> int | None:
     lim = q.args.get("limit")
     if q.args.get("offset"):
-        raise InvalidArgument("OFFSET is not supported")
+        raise InvalidArgument(
+            "OFFSET is not supported (a view keeps each key's top rows in order, not a page "
+            "further down, which every change above it would shift); read LIMIT n + m and skip "
+            "the first m rows")
     if lim is None:
         return None
     value = lim.expression if lim.expression is not None else lim.this
@@ -204,16 +216,21 @@ def _limit(q: exp.Expression) -> int | None:
     return int(value.this)
 
 
+# Clauses no view takes, with what to write instead.
+_UNSUPPORTED = (
+    ("with", "WITH", "define each WITH query as a view and select from it"),
+    ("qualify", "QUALIFY", f"it filters window functions, which are not kept {WHY_WINDOW}"),
+    ("windows", "WINDOW", f"it names window functions, which are not kept {WHY_WINDOW}"),
+    ("laterals", "LATERAL", "a lateral subquery is not decorrelated; write a scalar subquery "
+     "or a join"),
+    ("pivots", "PIVOT", "write the pivot as conditional aggregates (SUM(CASE WHEN ...))"),
+)
+
+
 def _refuse_unsupported(sel: exp.Expression) -> None:
-    for key, what in (
-        ("with", "WITH"),
-        ("qualify", "QUALIFY"),
-        ("windows", "WINDOW"),
-        ("laterals", "LATERAL"),
-        ("pivots", "PIVOT"),
-    ):
+    for key, what, instead in _UNSUPPORTED:
         if sel.args.get(key) or sel.args.get(key + "_"):
-            raise InvalidArgument(f"{what} is not supported in views")
+            raise InvalidArgument(f"{what} is not supported in views: {instead}")
 
 
 def _empty_aggregate_row(

@@ -51,6 +51,7 @@ from partialflow.server.sql.binding import (
     col,
     compile_expr,
 )
+from partialflow.server.sql.guards import Guard
 from partialflow.server.sql.plan import (
     PlanNode,
     ViewPlan,
@@ -81,6 +82,7 @@ class Context:
     plan_query: PlanQuery
     locals: Locals
     joined: dict[str, exp.Expression] = field(default_factory=dict)
+    guards: list[Guard] = field(default_factory=list)  # several-row scalars (guards.py)
 
 
 def subqueries_of(e: exp.Expression) -> list[exp.Expression]:
@@ -344,11 +346,9 @@ def _scalar(sub: exp.Expression, node: PlanNode, scope: Scope, ctx: Context,
         sub.args.get("group") is None and sub.args.get("having") is None
         and any(isinstance(n, tuple(_AGG_FUNCS)) for n in value.walk())
     )
-    if not one_row:
-        raise InvalidArgument(
-            f"{shown}: a scalar subquery must compute an aggregate without GROUP BY (COUNT, "
-            "SUM, AVG, MIN or MAX), so that it has exactly one row per outer row")
     dc = _decorrelate(sub, scope, node, ctx, shown)
+    if not one_row:
+        return _several_rows(value, dc, node, scope, ctx, shown)
     marker = [] if dc.names else [_alias(exp.Literal.number(1), "_m")]
     q = _with_items(dc.sub, dc, [*marker, _alias(value.copy(), "_v")])
     if dc.names:
@@ -362,6 +362,25 @@ def _scalar(sub: exp.Expression, node: PlanNode, scope: Scope, ctx: Context,
         ref = exp.Case(ifs=[exp.If(this=exp.Is(this=_ref(names[0]), expression=exp.Null()),
                                    true=exp.convert(empty))], default=ref)
     return node, scope, ref
+
+
+def _several_rows(value: exp.Expression, dc: Decorrelated, node: PlanNode, scope: Scope,
+                  ctx: Context, shown: str) -> tuple[PlanNode, Scope, exp.Expression]:
+    """A scalar subquery that may have several rows: per correlation value its row count
+    ``_n`` and ``MIN(v)`` (its value when there is one row), joined in; the count becomes a
+    guard (guards.py) that fails reads meeting more than one row."""
+    rows = _with_items(dc.sub, dc, [_alias(value.copy(), "_v")])
+    d_names = [exp.column(n) for n in dc.names]
+    q = exp.Select(expressions=[
+        *d_names, exp.alias_(exp.Count(this=exp.Star()), "_n"),
+        exp.alias_(exp.Min(this=exp.column("_v")), "_v")]).from_(_derived(rows))
+    if dc.names:
+        q.set("group", exp.Group(expressions=[c.copy() for c in d_names]))
+    right = _plan(q, ctx, shown)
+    names = _fresh(scope, "sq", len(right.columns))
+    node, scope = _join_in(node, scope, right, dc.outer, names)
+    ctx.guards.append(Guard(names[-1], names[-2], shown))
+    return node, scope, _ref(names[-1])
 
 
 def _empty_value(value: exp.Expression) -> object:
@@ -421,7 +440,8 @@ def _in(needle: exp.Expression, sub: exp.Expression, node: PlanNode, scope: Scop
         raise InvalidArgument(f"{shown}: the subquery must select one column (a SELECT of one "
                               "column)")
     if isinstance(needle, exp.Tuple):
-        raise InvalidArgument(f"{shown}: IN with several columns on the left is not supported")
+        raise InvalidArgument(f"{shown}: IN with several columns on the left is not supported; "
+                              "write EXISTS with an equality per column")
     _no_limit(sub, shown)
     # The needle as a column of the outer rows (joined on below).
     if isinstance(needle, exp.Column):

@@ -44,6 +44,9 @@ class ViewPlan:
     order: list[tuple[int, bool]]  # root columns (and DESC?) to sort results by
     limit: int | None
     empty_row: tuple | None  # a global aggregate's answer for a key with no rows
+    # Hidden root columns that fail a read when set, with the subquery each one checks
+    # (a scalar subquery with several rows, guards.py).
+    guards: tuple[tuple[int, str], ...] = ()
 
 
 def op_node(op: Operator, parent: PlanNode) -> PlanNode:

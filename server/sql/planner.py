@@ -46,6 +46,7 @@ from partialflow.server.sql.binding import (
 )
 from partialflow.server.sql.distinct_aggregates import distinct_input, mixed, two_levels
 from partialflow.server.sql.from_clause import conjunction, plan_from, without_from
+from partialflow.server.sql.guards import Guard, guarded, refuse_here, refuse_view_over
 from partialflow.server.sql.not_in import is_not_in, not_in_join
 from partialflow.server.sql.parse import parse_query
 from partialflow.server.sql.plan import PlanNode, ViewPlan, op_node, visible_only
@@ -111,6 +112,7 @@ class Planner:
         conjuncts, node, scope = join_scalars(
             conjuncts, node, scope, self._relation, self._plan_query, fallback
         )
+        conjuncts = guarded(conjuncts, ctx.guards)  # several-row scalars (guards.py)
         params: list[int] = []
         semis: list[exp.Expression] = []
         residual: list[exp.Expression] = []
@@ -150,7 +152,8 @@ class Planner:
                 (pred,), node, scope = markers.rewrite([conj], node, scope, ctx)
                 node = op_node(Filter(node.columns, compile_expr(_bind(pred, scope))), node)
         if len(set(params)) != len(params):
-            raise InvalidArgument("the same column is compared with ? twice")
+            raise InvalidArgument("the same column is compared with ? twice; compare it once "
+                                  "(a view has one parameter per key column)")
         has_aggs = any(  # a scalar subquery's own aggregate does not make this one grouped
             isinstance(n, tuple(_AGG_FUNCS))
             for e in sel.expressions
@@ -159,6 +162,7 @@ class Planner:
         having = sel.args.get("having")
         if sel.args.get("group") or has_aggs or having is not None:
             sel, node, scope, extra = self._aggregate_subqueries(sel, node, scope, ctx)
+            refuse_here(ctx.guards, "in an aggregate query")
             return self._plan_aggregate(sel, node, scope, params, extra)
         items, node, scope = join_scalars(
             list(sel.expressions), node, scope, self._relation, self._plan_query, fallback
@@ -167,7 +171,11 @@ class Planner:
         if items != list(sel.expressions):
             sel = sel.copy()
             sel.set("expressions", items)
-        return self._plan_projection(sel, node, scope, params)
+        if not allow_params:
+            refuse_here(ctx.guards, "in a subquery, a FROM subquery or a set operation's branch")
+        if sel.args.get("distinct") or sel.args.get("limit"):
+            refuse_here(ctx.guards, "with DISTINCT or LIMIT")
+        return self._plan_projection(sel, node, scope, params, ctx.guards)
 
     def _aggregate_subqueries(
         self, sel: exp.Expression, node: PlanNode, scope: Scope, ctx: markers.Context
@@ -213,7 +221,8 @@ class Planner:
         return sel, node, scope, extra
 
     def _plan_projection(
-        self, sel: exp.Expression, node: PlanNode, scope: Scope, params: list[int]
+        self, sel: exp.Expression, node: PlanNode, scope: Scope, params: list[int],
+        guards: list[Guard] | None = None,
     ) -> ViewPlan:
         items = _expand_star(sel.expressions, scope)
         names = [_output_name(e) for e in items]
@@ -222,8 +231,13 @@ class Planner:
         order_cols = _order_positions(
             self._order_items(sel, items, names, lambda e: _bind(e, scope)), exprs
         )
+        # Guards last, hidden: the reader fails a key with a set one (guards.py).
+        checks = [(len(exprs) + i, g.shown) for i, g in enumerate(guards or [])]
+        exprs += [_bind(g.expr(), scope) for g in guards or []]
         root = op_node(Project(_names(names, exprs), [compile_expr(e) for e in exprs]), node)
-        return self._finish(sel, root, names, key, order_cols)
+        plan = self._finish(sel, root, names, key, order_cols)
+        plan.guards = tuple(checks)
+        return plan
 
     def _plan_aggregate(
         self, sel: exp.Expression, node: PlanNode, scope: Scope, params: list[int],
@@ -368,7 +382,8 @@ class Planner:
         limit = _limit(sel)
         if sel.args.get("distinct"):
             if len(root.columns) > len(names) + len(key):
-                raise InvalidArgument("ORDER BY with DISTINCT must use selected columns")
+                raise InvalidArgument("ORDER BY with DISTINCT must use selected columns (a "
+                                      "DISTINCT row has no one value of another column)")
             root = op_node(Distinct(root.columns), root)
         if limit is not None:
             if not order:
@@ -409,7 +424,8 @@ class Planner:
                 else self._plan_select(e, allow_params=False)
             )
             if sub.limit is not None or sub.key:
-                raise InvalidArgument("a UNION branch cannot have parameters or LIMIT")
+                raise InvalidArgument("a UNION branch cannot have parameters or LIMIT; put "
+                                      "them on a view over the union")
             if names is not None and len(sub.columns) != len(names):
                 raise InvalidArgument(
                     f"UNION branches have different numbers of columns ({len(names)} and "
@@ -453,7 +469,8 @@ class Planner:
     def _relation(self, rel: exp.Expression) -> tuple[PlanNode, Scope]:
         if isinstance(rel, exp.Table):
             if rel.args.get("db") or rel.args.get("catalog"):
-                raise InvalidArgument(f"qualified table names are not supported: {rel.sql()!r}")
+                raise InvalidArgument(f"qualified table names are not supported: {rel.sql()!r} "
+                                      "(the server has one namespace); name the table alone")
             name = rel.name.lower()
             alias = (rel.alias or rel.name).lower()
             if name in self._locals:
@@ -471,6 +488,7 @@ class Planner:
                     f"view {name!r} has parameters; a view over it must be defined over a view "
                     "without parameters"
                 )
+            refuse_view_over(name, view.guards)
             node = visible_only(view)
             return node, Scope([(alias, c.lower()) for c in view.columns])
         if isinstance(rel, exp.Subquery):
@@ -482,4 +500,5 @@ class Planner:
             )
             sub_alias = rel.alias.lower() if rel.alias else None
             return visible_only(sub), Scope([(sub_alias, c.lower()) for c in sub.columns])
-        raise InvalidArgument(f"unsupported FROM item: {rel.sql()!r}")
+        raise InvalidArgument(f"unsupported FROM item: {rel.sql()!r}; a FROM item is a "
+                              "table, a view or a subquery (SELECT ...)")

@@ -18,6 +18,7 @@ from sqlglot import exp
 from sqlglot.tokens import Token, TokenType
 
 from partialflow.server.errors import InvalidArgument
+from partialflow.server.sql.binding import WHY_WINDOW
 from partialflow.server.sql.scalars import allowed_place, is_scalar
 from partialflow.server.sql.subqueries import clip
 
@@ -56,7 +57,7 @@ def _unsupported(node: exp.Expression) -> str | None:
             "(only in WHERE, the SELECT list and HAVING)"
         )
     if isinstance(node, exp.Window):
-        return f"window functions are not supported: {_shown(node)}"
+        return f"window functions are not supported: {_shown(node)} {WHY_WINDOW}"
     return None
 
 

@@ -50,7 +50,8 @@ def plan_except_intersect(
         e = side.this if isinstance(side, exp.Subquery) else side
         sub = branch(e)
         if sub.limit is not None or sub.key:
-            raise InvalidArgument(f"an {word} branch cannot have parameters or LIMIT")
+            raise InvalidArgument(f"an {word} branch cannot have parameters or LIMIT; put "
+                                  "them on a view over it")
         if names is not None and len(sub.columns) != len(names):
             raise InvalidArgument(
                 f"{word} branches have different numbers of columns ({len(names)} and "

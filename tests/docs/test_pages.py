@@ -147,7 +147,7 @@ RUN_BLOCKS = {
     "docs/spark-clusters.md": 1,
     "docs/spark-failures.md": 3,
     "docs/sql-reference.md": 3,
-    "docs/sql.md": 2,
+    "docs/sql.md": 3,
     "docs/subscriptions-liveness.md": 2,
     "docs/testing.md": 1,
     "docs/transactions.md": 6,

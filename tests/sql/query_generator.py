@@ -55,11 +55,14 @@ class Query:
     spark: bool = True  # Spark runs it (it refuses a correlated scalar subquery in the
     # SELECT list of a grouped query: SCALAR_SUBQUERY_IS_IN_GROUP_BY_OR_AGGREGATE_FUNCTION)
     refused: str | None = None  # expected refusal (words of the message)
+    kind: str = ""  # the generator's kind (set by Generator.query)
+    construct: str = ""  # a finer label: cross products by table count, subqueries by
+    # position and correlation (the long run's checks are counted by it)
 
 
 KINDS = ["filter", "join", "join3", "comma", "aggregate", "join_aggregate", "distinct", "in",
          "not_in", "exists", "scalar", "setop", "topk", "refused", "multiway", "multiway",
-         "cross", "cross", "subexpr", "subexpr", "subexpr"]
+         "cross", "cross", "subexpr", "subexpr", "subexpr", "scalar_rows"]
 
 
 class Generator:
@@ -106,7 +109,12 @@ class Generator:
         return self.rng.random() < p
 
     def query(self) -> Query:
-        return getattr(self, f"_{self.rng.choice(self.kinds)}")()
+        kind = self.rng.choice(self.kinds)
+        self._correlated: set[str] = set()  # the subquery texts below naming the outer query
+        q: Query = getattr(self, f"_{kind}")()
+        q.kind = kind
+        q.construct = q.construct or kind
+        return q
 
     def _filter(self) -> Query:
         key = "{r}.k" if self.maybe() else None
@@ -214,8 +222,8 @@ class Generator:
         sql, why = self.rng.choice([
             ("SELECT {r}.k FROM {r} GROUP BY {r}.k ORDER BY (SELECT COUNT(*) FROM {q}) LIMIT 2",
              "scalar subquery"),
-            ("SELECT {r}.k FROM {r} WHERE {r}.a > (SELECT {q}.b FROM {q})",
-             "aggregate without GROUP BY"),
+            ("SELECT {r}.k, COUNT(*) AS n FROM {r} GROUP BY {r}.k HAVING COUNT(*) > "
+             "(SELECT {q}.b FROM {q})", "may return more than one row"),
             ("SELECT {r}.k, ROW_NUMBER() OVER (ORDER BY {r}.a) AS n FROM {r}", "window"),
             ("SELECT {r}.k FROM {r} RIGHT JOIN {q} ON {r}.k = {q}.k", "RIGHT JOIN"),
         ])
@@ -256,13 +264,13 @@ class Generator:
             aggs = self._aggregates(f"{refs[x]}.{num[tables[x]]}")
             sql = (f"SELECT {refs[at]}.{col} AS g, {aggs} FROM {text}{self.where(where, key)} "
                    f"GROUP BY {refs[at]}.{col}")
-            return Query(sql, col if key else None)
+            return Query(sql, col if key else None, construct=f"cross {n} tables")
         picks = [f"{refs[i]}.{c}" for i in range(n) for c, _ in SCHEMA[tables[i]]]
         cols = rng.sample(picks, rng.randrange(2, 5))
         out = ", ".join(f"{c} AS c{m}" for m, c in enumerate(cols))
         distinct = "DISTINCT " if shape == "distinct" else ""
         return Query(f"SELECT {distinct}{out} FROM {text}{self.where(where, key)}",
-                     col if key else None)
+                     col if key else None, construct=f"cross {n} tables")
 
     def _scalar_sub(self, outer: str, correlated: bool | None = None) -> str:
         """A one-value subquery over q: an aggregate, correlated with ``outer`` (r's name)
@@ -274,7 +282,10 @@ class Generator:
                            "z.b >= {o}.a AND ", "z.b + 1 > {o}.k AND "])
         if correlated is False:
             corr = ""
-        return f"(SELECT {agg} FROM {{q}} z WHERE {corr.format(o=outer)}{self.pred_q('z')})"
+        text = f"(SELECT {agg} FROM {{q}} z WHERE {corr.format(o=outer)}{self.pred_q('z')})"
+        if corr:
+            self._correlated.add(text)
+        return text
 
     def _predicate_sub(self, outer: str) -> str:
         """EXISTS / IN / NOT IN over q, correlated with ``outer`` or not."""
@@ -282,13 +293,16 @@ class Generator:
         corr = rng.choice(["", "z.k = {o}.k AND ", "z.b > {o}.a AND ", "z.k <> {o}.k AND "])
         cond = f"{corr.format(o=outer)}{self.pred_q('z')}"
         value = rng.choice(["z.b", "CASE WHEN z.b > 5 THEN NULL ELSE z.b END"])
-        return rng.choice([
+        text = rng.choice([
             f"EXISTS (SELECT 1 FROM {{q}} z WHERE {cond})",
             f"NOT EXISTS (SELECT 1 FROM {{q}} z WHERE {cond})",
             f"{outer}.a IN (SELECT {value} FROM {{q}} z WHERE {cond})",
             f"{outer}.a NOT IN (SELECT {value} FROM {{q}} z WHERE {cond})",
             f"{outer}.k + 1 IN (SELECT z.b FROM {{q}} z WHERE {cond})",
         ])
+        if corr:
+            self._correlated.add(text)
+        return text
 
     def _subexpr(self) -> Query:
         """Subqueries in every expression position over r: arithmetic, CASE, BETWEEN, an IN
@@ -310,8 +324,9 @@ class Generator:
             else:
                 sql = (f"SELECT {o}.k, MAX({o}.a) AS m, {g} AS sub FROM {o}"
                        f"{self.where([], where_key)} GROUP BY {o}.k")
-                return Query(sql, key, spark="{r}.k" not in g)
-            return Query(sql, key)
+                return Query(sql, key, spark="{r}.k" not in g,
+                             construct=self._label(position, sql, g))
+            return Query(sql, key, construct=self._label(position, sql, g))
         if position == "arith":
             sql = f"SELECT {o}.k, {o}.a, {o}.a * 2 - {s} AS x FROM {o}{self.where([], where_key)}"
         elif position == "case":
@@ -335,7 +350,33 @@ class Generator:
         else:
             sql = (f"SELECT {o}.k, COALESCE({s}, -1) AS v FROM {o}"
                    f"{self.where([self.pred_r()], where_key)}")
-        return Query(sql, key)
+        return Query(sql, key, construct=self._label(position, sql))
+
+    def _label(self, position: str, sql: str, *correlated: str) -> str:
+        """``subexpr <position> correlated|uncorrelated`` for the check counts."""
+        corr = any(t in sql for t in self._correlated) or any("{r}." in t for t in correlated)
+        return f"subexpr {position} {'correlated' if corr else 'uncorrelated'}"
+
+    def _scalar_rows(self) -> Query:
+        """A scalar subquery without an aggregate: none, one or several rows as the writes
+        go, correlated by an equality or not, in the SELECT list or a WHERE comparison. A
+        read meeting several rows must fail (FailedPrecondition) exactly when Spark's query
+        does (SCALAR_SUBQUERY_TOO_MANY_ROWS); sqlite takes the first row instead."""
+        rng = self.rng
+        o = "{r}"
+        corr = rng.choice(["", "z.k = {r}.k AND "])
+        cond = rng.choice([f"z.k = {rng.randrange(7)} AND z.u = 'p'",
+                           f"z.b = {rng.randrange(8)} AND z.u IS NOT NULL", "z.u = 'q'"])
+        sub = f"(SELECT z.b FROM {{q}} z WHERE {corr}{cond})"
+        key = "k" if self.maybe(0.7) else None
+        where_key = f"{o}.k" if key else None
+        if self.maybe():
+            sql = f"SELECT {o}.k, {o}.a, {sub} + 1 AS x FROM {o}{self.where([], where_key)}"
+        else:
+            sql = (f"SELECT {o}.k, {o}.s FROM {o}"
+                   f"{self.where([f'{o}.a >= {sub}'], where_key)}")
+        return Query(sql, key, sqlite=False, construct="scalar_rows " + (
+            "correlated" if corr else "uncorrelated"))
 
     def _multiway(self) -> Query:
         """A join of 4 or 5 tables, self-joins included: a random tree of equalities written
