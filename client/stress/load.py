@@ -9,6 +9,7 @@ domain, sometimes uniformly: cold), sometimes evict first, and read with ``looku
 
 from __future__ import annotations
 
+import os
 import random
 import sys
 import threading
@@ -43,7 +44,9 @@ def _failure(what: str, err: Exception, start: float, end: float, detail: str) -
     return Failure(what, kind, str(err).splitlines()[0] if str(err) else "", start, end, detail)
 
 
-TX_SHARE = 0.3  # of a writer's writes, the share sent as transactions over several tables
+# Of a writer's writes, the share sent as transactions over several tables
+# (PARTIALFLOW_STRESS_TX_SHARE overrides it, e.g. 0 to compare a run without them).
+TX_SHARE = float(os.environ.get("PARTIALFLOW_STRESS_TX_SHARE", "0.3"))
 
 
 class Writer:
