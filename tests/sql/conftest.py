@@ -68,7 +68,7 @@ class Maintained:
             if gone:
                 self.c.delete(self.names[t], gone)
             new = [self.make_row(t, self.rng) for _ in range(inserts)]
-            rows += new
+            rows.extend(new)
             self.c.insert(self.names[t], new)
 
     def empty(self, table: str) -> list[Row]:

@@ -52,10 +52,10 @@ def test_a_scalar_subquery_with_two_rows_fails_the_read_until_a_delete(server, u
         assert sorted(c.lookup(f"{uniq}sel", 1).rows) == [(1, 10, "a")]
         # A delete leaves one row: every read succeeds and equals Spark at its LSN.
         lsn = c.delete(u, [(2, 7, "c")])
-        for name in views:
+        for name, text in views.items():
             for key in (1, 2, 3):
                 res = c.lookup(f"{uniq}{name}", key, min_lsn=lsn)
-                assert_matches(c, views[name], (key,), res)
+                assert_matches(c, text, (key,), res)
         assert c.lookup(f"{uniq}sel", 2, min_lsn=lsn).rows == [(2, 20, "b")]
         # A second row again: the read fails again; removing both rows gives NULL.
         lsn = c.insert(u, [(2, 9, "d")])
