@@ -26,6 +26,12 @@ class Result:
     # exact at; '' otherwise.
     upstream_lsn: str = ""
 
+    def __repr__(self) -> str:
+        # The upstream position shows only where there is one (a server following a
+        # PostgreSQL), so a plain server's answers read as they always have.
+        tail = f", upstream_lsn={self.upstream_lsn!r}" if self.upstream_lsn else ""
+        return f"Result(rows={self.rows!r}, columns={self.columns!r}, lsn={self.lsn!r}{tail})"
+
     def __iter__(self) -> Iterator[tuple]:
         return iter(self.rows)
 
