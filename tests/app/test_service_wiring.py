@@ -32,6 +32,7 @@ class FakeEngine:
         self.calls: list[tuple] = []
         self.raise_next: BaseException | None = None
         self.lsn = 10
+        self.follower = None  # not following an upstream PostgreSQL
 
     def _record(self, *call) -> None:
         self.calls.append(call)

@@ -123,7 +123,9 @@ def _templates() -> dict[str, str]:
     instead are left out."""
     out = {}
     for path in sorted(SQL_DIR.glob("*.py")):
-        if path.name in FALLBACKS:
+        # oracle.py rewrites an accepted view's SQL for one key (the verifier's and the
+        # tests' oracle): its errors are about a key's arity, not refusals of a view.
+        if path.name in FALLBACKS or path.name == "oracle.py":
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if not (isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call)):
