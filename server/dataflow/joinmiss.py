@@ -93,11 +93,17 @@ def on_join_miss(ex: Executor, node: Node, pidx: int, m: Miss, lsn: int) -> None
         # pending keys on their own). The delta's own side is updated now like any other:
         # deltas from the other side meanwhile must see this one. In trace mode the
         # downstream keys are pending in the same fill; an index fill gates them.
-        fill.hold(HeldJoin(lsn, fk, node, pidx, m.delta, capture(node, m.side, m.key), m.side))
+        keys = None
         if fill.index:
             keys = targets if targets is not None else downstream_keys(node, pidx, m.delta[0])
-            ex.fills.index.gate(fill, keys, lsn)
-        return
+        # A key gated now is exact at the LSN before this one: after a transaction's first
+        # table, a key not gated already may have taken some of the transaction.
+        if keys is None or not ex.in_tx or ex.tx_first or ex.fills.index.covers(fill, keys):
+            fill.hold(HeldJoin(lsn, fk, node, pidx, m.delta, capture(node, m.side, m.key),
+                               m.side))
+            if keys is not None:
+                ex.fills.index.gate(fill, keys, lsn)
+            return
     ex.stats.count("join_misses")
     ex.evictor.evict_downstream(node, pidx, m.delta[0], lambda st, k: ex.changes(st, k, lsn))
     if side.mode == "miss" and fill is None:
