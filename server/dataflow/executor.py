@@ -120,9 +120,9 @@ class Executor:
         # Change subscriptions: fed the reader keys each packet changed (subscriptions.py).
         # Set by the facade (the manager reads views' plans, above this module).
         self.subscriptions: SubscriptionManager | None = None
-        # While a transaction over several tables propagates: no index fill may start (it
-        # would read the snapshot before the transaction, without its tables applied
-        # already; joinmiss.py).
+        # While a transaction over several tables propagates: no index fill may start
+        # after its first table (it would read the snapshot before the transaction,
+        # without its tables applied already; joinmiss.py).
         self.in_tx = False
         self.tx_first = False  # propagating the first table of a transaction (in_tx)
 
@@ -283,8 +283,8 @@ class Executor:
         exactly the change of A x B; and what a pending fill holds comes in that order too,
         so its replay meets the same states. (In one propagation a node's later input
         would be held before the earlier one's output above it.) No index fill may start
-        meanwhile (``in_tx``, joinmiss.py): it would read the snapshot before the
-        transaction, without the tables already applied."""
+        after the first table (``in_tx``, ``tx_first``, joinmiss.py): it would read the
+        snapshot before the transaction, without the tables already applied."""
         for rec in tx.changes:
             self.bounds.on_write(rec.table, rec.rows, rec.diffs)
         self.in_tx = len(tx.changes) > 1
