@@ -44,11 +44,9 @@ def _failure(what: str, err: Exception, start: float, end: float, detail: str) -
     return Failure(what, kind, str(err).splitlines()[0] if str(err) else "", start, end, detail)
 
 
-# Of a writer's writes, the share sent as transactions over several tables, from
-# PARTIALFLOW_STRESS_TX_SHARE (e.g. 0.3). Off by default for now: with 0.3 the fault run of
-# tests/cli/test_stress_cli.py finds every read, write and state exact, but a subscriber of
-# maxlen (a join) is cut and resumed again and again and sees no change event.
-TX_SHARE = float(os.environ.get("PARTIALFLOW_STRESS_TX_SHARE", "0"))
+# Of a writer's writes, the share sent as transactions over several tables
+# (PARTIALFLOW_STRESS_TX_SHARE overrides it, e.g. 0 to compare a run without them).
+TX_SHARE = float(os.environ.get("PARTIALFLOW_STRESS_TX_SHARE", "0.3"))
 
 
 class Writer:

@@ -52,7 +52,7 @@ from partialflow.server.dataflow.fills import FillCoordinator
 from partialflow.server.dataflow.gcpause import collection_deferred
 from partialflow.server.dataflow.graph import Graph, Node
 from partialflow.server.dataflow.inbox import Inbox
-from partialflow.server.dataflow.joinmiss import on_join_miss
+from partialflow.server.dataflow.joinmiss import feeds_miss_index, on_join_miss
 from partialflow.server.dataflow.packets import (
     Call,
     FillDone,
@@ -120,10 +120,11 @@ class Executor:
         # Change subscriptions: fed the reader keys each packet changed (subscriptions.py).
         # Set by the facade (the manager reads views' plans, above this module).
         self.subscriptions: SubscriptionManager | None = None
-        # While a transaction over several tables propagates: no index fill may start (it
-        # would read the snapshot before the transaction, without its tables applied
-        # already; joinmiss.py).
+        # While a transaction over several tables propagates: no index fill may start
+        # after its first table (it would read the snapshot before the transaction,
+        # without its tables applied already; joinmiss.py).
         self.in_tx = False
+        self.tx_first = False  # propagating the first table of a transaction (in_tx)
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self, threaded: bool = True) -> None:
@@ -282,17 +283,25 @@ class Executor:
         exactly the change of A x B; and what a pending fill holds comes in that order too,
         so its replay meets the same states. (In one propagation a node's later input
         would be held before the earlier one's output above it.) No index fill may start
-        meanwhile (``in_tx``, joinmiss.py): it would read the snapshot before the
-        transaction, without the tables already applied."""
+        after the first table (``in_tx``, ``tx_first``, joinmiss.py): it would read the
+        snapshot before the transaction, without the tables already applied."""
         for rec in tx.changes:
             self.bounds.on_write(rec.table, rec.rows, rec.diffs)
         self.in_tx = len(tx.changes) > 1
+        # The first table's deltas meet the dataflow as a single write's would (nothing of
+        # the transaction is in it yet), so their join misses may start index fills from
+        # the snapshot before it (joinmiss.py); later tables' misses may not. Tables that
+        # feed an evict-on-miss join index go last: a miss of that index comes from the
+        # other side's delta, and so is met while it is first. (Any order is exact.)
+        changes = sorted(tx.changes, key=lambda rec: feeds_miss_index(self.graph, rec.table))
+        self.tx_first = True
         try:
-            for rec in tx.changes:
+            for rec in changes:
                 base = self.graph.bases.get(rec.table)
                 if base is not None and base.children:
                     deltas: list[Delta] = list(zip(rec.rows, rec.diffs, strict=True))
                     self._propagate([(c, i, deltas) for c, i in base.children], tx.lsn)
+                    self.tx_first = False
         finally:
             self.in_tx = False
         self.applied_lsn = tx.lsn

@@ -113,6 +113,19 @@ class IndexFills:
                 return True
         return False
 
+    def covers(self, fill: Fill, targets: Targets) -> bool:
+        """Whether each of ``targets`` is a hole or gated on ``fill`` already (gating
+        it again would change nothing)."""
+        for st, fk in targets:
+            if st.mode == "full":
+                continue  # never gated (as in ``_gate``)
+            if fk is None:
+                return False
+            if st.lookup(fk) != "hole" and not ((st, fk) in fill.gated
+                                                and _gated(fill, (st, fk))):
+                return False
+        return True
+
     def gate(self, fill: Fill, targets: Targets, lsn: int) -> None:
         """A join delta (LSN ``lsn``) is held by index fill ``fill``: gate every downstream
         key it could reach (``targets``, from ``downstream_keys``; all keys of a state

@@ -25,8 +25,18 @@ update is not live). In order:
 A transaction over several tables is one packet at one LSN, so an index fill started while
 it propagates could only read the snapshot before it, which lacks the transaction's changes
 that already went through in this packet and were dropped at the holes that fill would
-fill. Such a miss takes outcome 4 instead: the fill it wants starts after the packet, at a
-snapshot that has the whole transaction, and the keys the update could change are evicted.
+fill (and the keys it would gate may have taken some of them already). Such a miss takes
+outcome 4 instead: the fill it wants starts after the packet, at a snapshot that has the
+whole transaction, and the keys the update could change are evicted. But while the
+*first* table of a transaction goes through (``Executor.tx_first``) nothing of it is in
+the dataflow yet but that table's own delta, exactly as for a single write: its misses
+take outcome 3 (not the bounds of 2: they already count the later tables), and the later
+tables' deltas are held by that fill and the keys it gates like any later write's. The
+executor applies the tables that feed an evict-on-miss index last
+(``feeds_miss_index``), so a miss of that index, made by the other side's delta, comes
+first. Evicting instead evicted subscribed keys (pinned against memory eviction) at
+nearly every such transaction, each eviction cancelled the refill of the one before,
+and the subscription's LSN stood still for as long as the transactions went on.
 """
 
 from __future__ import annotations
@@ -39,7 +49,25 @@ from partialflow.server.dataflow.fill import HeldJoin, capture
 
 if TYPE_CHECKING:
     from partialflow.server.dataflow.executor import Executor
-    from partialflow.server.dataflow.graph import Node
+    from partialflow.server.dataflow.graph import Graph, Node
+
+
+def feeds_miss_index(graph: Graph, table: str) -> bool:
+    """Whether ``table``'s deltas reach an evict-on-miss join index (a join side in
+    "miss" mode), the side that a transaction's other tables' deltas may miss."""
+    base = graph.bases.get(table)
+    stack = list(base.children) if base is not None else []
+    seen: set[tuple[int, int]] = set()
+    while stack:
+        node, pidx = stack.pop()
+        if (node.nid, pidx) in seen:
+            continue
+        seen.add((node.nid, pidx))
+        side = node.sides.get(pidx)
+        if side is not None and side.mode == "miss":
+            return True
+        stack.extend(node.children)
+    return False
 
 
 def on_join_miss(ex: Executor, node: Node, pidx: int, m: Miss, lsn: int) -> None:
@@ -50,12 +78,13 @@ def on_join_miss(ex: Executor, node: Node, pidx: int, m: Miss, lsn: int) -> None
     fill = side.pending_fill(fk)
     # The keys above the delta could reach: computed once, for whichever needs them.
     targets = downstream_keys(node, pidx, m.delta[0]) if side.mode == "miss" else None
-    if fill is None and side.mode == "miss" and lsn > ex.applied_lsn and not ex.in_tx:
+    if fill is None and side.mode == "miss" and lsn > ex.applied_lsn and (
+            not ex.in_tx or ex.tx_first):
         assert targets is not None
         if not ex.fills.index.reaches_filled(targets):
             ex.stats.count("join_misses_dropped")
             return
-        if ex.bounds.fill_if_empty(side, fk, ex.changed):
+        if not ex.in_tx and ex.bounds.fill_if_empty(side, fk, ex.changed):
             return
         fill = ex.fills.index_fill(side, fk)
     if fill is not None and lsn > fill.lsn and (side.mode != "miss" or fill.index):
@@ -64,11 +93,17 @@ def on_join_miss(ex: Executor, node: Node, pidx: int, m: Miss, lsn: int) -> None
         # pending keys on their own). The delta's own side is updated now like any other:
         # deltas from the other side meanwhile must see this one. In trace mode the
         # downstream keys are pending in the same fill; an index fill gates them.
-        fill.hold(HeldJoin(lsn, fk, node, pidx, m.delta, capture(node, m.side, m.key), m.side))
+        keys = None
         if fill.index:
             keys = targets if targets is not None else downstream_keys(node, pidx, m.delta[0])
-            ex.fills.index.gate(fill, keys, lsn)
-        return
+        # A key gated now is exact at the LSN before this one: after a transaction's first
+        # table, a key not gated already may have taken some of the transaction.
+        if keys is None or not ex.in_tx or ex.tx_first or ex.fills.index.covers(fill, keys):
+            fill.hold(HeldJoin(lsn, fk, node, pidx, m.delta, capture(node, m.side, m.key),
+                               m.side))
+            if keys is not None:
+                ex.fills.index.gate(fill, keys, lsn)
+            return
     ex.stats.count("join_misses")
     ex.evictor.evict_downstream(node, pidx, m.delta[0], lambda st, k: ex.changes(st, k, lsn))
     if side.mode == "miss" and fill is None:
