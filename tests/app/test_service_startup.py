@@ -48,17 +48,22 @@ def test_ctrl_c_shuts_down_as_cleanly_as_sigterm(tmp_path):
     # PySpark installs its own SIGINT handler when Spark starts (it raises
     # KeyboardInterrupt); the server must put its own back.
     server = ServerProcess(tmp_path / "data", log_path=tmp_path / "server.log").start()
-    with server.client() as db:
-        db.execute("CREATE TABLE t (a BIGINT)")
-        lsn = db.insert("t", [(1,)])
-    assert server.terminate(sig=signal.SIGINT) == 0
-    log = (tmp_path / "server.log").read_text()
-    assert "Traceback" not in log and "KeyboardInterrupt" not in log, log
-    assert "received SIGINT, shutting down" in log and "stopped" in log, log
-    with server.restart().client() as db:  # and the write is there after the restart
-        assert db.query("SELECT a FROM t").rows == [(1,)]
-        assert db.stats()["lsn"] == lsn
-    assert server.terminate() == 0
+    try:
+        with server.client() as db:
+            db.execute("CREATE TABLE t (a BIGINT)")
+            lsn = db.insert("t", [(1,)])
+        assert server.terminate(sig=signal.SIGINT) == 0
+        log = (tmp_path / "server.log").read_text()
+        assert "Traceback" not in log and "KeyboardInterrupt" not in log, log
+        assert "received SIGINT, shutting down" in log and "stopped" in log, log
+        with server.restart().client() as db:  # and the write is there after the restart
+            assert db.query("SELECT a FROM t").rows == [(1,)]
+            assert db.stats()["lsn"] == lsn
+        assert server.terminate() == 0
+    finally:
+        # A failure above must not leave the server and its JVM running for the rest of
+        # the run (a failed restart check did, taking memory and cores from later tests).
+        server.stop()
 
 
 def _java_that_fails(tmp_path, times: int) -> dict:
