@@ -18,7 +18,7 @@ import sqlglot.expressions as exp
 
 from partialflow.server.errors import InvalidArgument
 from partialflow.server.sql.parse import parse_statements
-from partialflow.server.statements import literal_value, simple_name
+from partialflow.server.statements import insert_statement, simple_name
 from partialflow.server.storage import TableChange
 
 if TYPE_CHECKING:
@@ -114,16 +114,11 @@ def changes(engine: TxHost, sql: str) -> list[TableChange]:
 
 
 def _insert(engine: TxHost, node: exp.Insert) -> TableChange:
-    target = node.this
-    listed = target.expressions if isinstance(target, exp.Schema) else None
-    name = simple_name(target.this if isinstance(target, exp.Schema) else target, "INSERT")
-    values = node.args.get("expression")
-    if not isinstance(values, exp.Values):
-        raise InvalidArgument("INSERT: only INSERT ... VALUES is supported")
-    rows = [tuple(literal_value(v) for v in t.expressions) for t in values.expressions]
-    if listed:
-        rows = engine.reorder(name, [c.name for c in listed], rows)
-    return TableChange(name, inserts=rows)
+    stmt = insert_statement(node)
+    rows = stmt.rows
+    if stmt.columns:
+        rows = engine.reorder(stmt.table, stmt.columns, rows)
+    return TableChange(stmt.table, inserts=rows)
 
 
 def _target(engine: TxHost, node: exp.Expression, kind: str) -> tuple[str, list[str]]:

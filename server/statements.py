@@ -123,7 +123,7 @@ def _typed(node: exp.Expression, sql: str) -> Statement:
     if isinstance(node, exp.Drop) and node.args.get("kind") in ("TABLE", "VIEW"):
         return _drop(node)
     if isinstance(node, exp.Insert):
-        return _insert(node)
+        return insert_statement(node)
     if isinstance(node, exp.Command) and str(node.this).upper() == "EXPLAIN":
         return _explain(node)
     if isinstance(node, exp.Transaction):
@@ -159,7 +159,8 @@ def _drop(node: exp.Drop) -> Drop:
     return Drop(kind, simple_name(tables[0], f"DROP {kind}"), bool(node.args.get("exists")))
 
 
-def _insert(node: exp.Insert) -> Insert:
+def insert_statement(node: exp.Insert) -> Insert:
+    """A parsed INSERT ... VALUES as its typed statement (also used by transaction blocks)."""
     target = node.this
     listed = target.expressions if isinstance(target, exp.Schema) else None
     name = simple_name(target.this if isinstance(target, exp.Schema) else target, "INSERT")
