@@ -219,9 +219,13 @@ def flusher_loop(st: Storage) -> None:
         with st._lock:
             while not st._stop_bg:
                 due = st._last_flush + st.flush_interval - time.monotonic()
-                # Short of space, come round even with nothing to flush: the log may be
-                # truncatable by now (the row index caught up), which frees space.
-                busy = st._mem_rows or (st._space is not None and st._space.short)
+                # Short of space, or with closed log files not yet deleted (the row index
+                # was behind at the last flush), come round even with nothing to flush: the
+                # log may be truncatable by now, which frees space. Otherwise a short episode
+                # that the flush alone ended would keep its flushed log files until the next
+                # write.
+                busy = (st._mem_rows or (st._space is not None and st._space.short)
+                        or (st._wal is not None and st._wal.file_count > 1))
                 if st._mem_rows >= st.flush_rows or (busy and due <= 0):
                     break
                 st._bg_cv.wait(timeout=max(due, 0.05) if busy else st.flush_interval)
