@@ -311,8 +311,19 @@ class Storage(CatalogOps):
     def write_many(
         self, changes: Sequence[TableChange], *, upstream_lsn: int | None = None
     ) -> int:
+        """Apply ``changes`` as one write and wait for it: ``submit_many(...).wait()``."""
+        return self.submit_many(changes, upstream_lsn=upstream_lsn).wait()
+
+    def submit_many(
+        self, changes: Sequence[TableChange], *, upstream_lsn: int | None = None
+    ) -> WriteTicket:
         """Apply ``changes`` (to any tables, in order) as one write: one new LSN, durable as
-        one unit (all or nothing after a crash), delivered as one record; returns the LSN.
+        one unit (all or nothing after a crash), delivered as one record. It is checked and
+        given its LSN now, in call order, then committed in the background (grouped with
+        other writes into one fsync); the returned ticket's ``wait()`` gives the LSN once it
+        is durable and delivered, or raises why it was refused. A caller that submits several
+        writes before waiting (the follower, applying upstream commits in order) shares
+        fsyncs among them.
 
         Each change is checked as ``write()`` checks it, against the tables as the earlier
         changes leave them; any error refuses the whole write and changes nothing. Messages
@@ -376,7 +387,10 @@ class Storage(CatalogOps):
             self._pending.extend(pendings)
             self._pending_bytes += frames
             self._work_cv.notify()
-            last = pendings[-1]
+        return WriteTicket(self, lsn, pendings[-1])
+
+    def _wait_acked(self, lsn: int, last: Pending) -> int:
+        with self._lock:
             while self._acked_lsn < lsn and last.error is None:
                 self._ack_cv.wait()
             if last.error is not None:
@@ -551,3 +565,19 @@ class _EmptyTM:
 
 
 _EMPTY = _EmptyTM()
+
+
+class WriteTicket:
+    """A write given its LSN by ``Storage.submit_many`` and committed in the background."""
+
+    __slots__ = ("_last", "_storage", "lsn")
+
+    def __init__(self, storage: Storage, lsn: int, last: Pending) -> None:
+        self._storage = storage
+        self._last = last
+        self.lsn = lsn
+
+    def wait(self) -> int:
+        """The LSN, once the write is durable and delivered to subscribers; raises the
+        error that refused it (e.g. ResourceExhausted when the log ran out of space)."""
+        return self._storage._wait_acked(self.lsn, self._last)
