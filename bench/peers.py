@@ -140,7 +140,8 @@ def compare(got: dict, want: dict) -> dict:
 # -- partialflow -------------------------------------------------------------------------
 
 def run_partialflow(data: dict, cfg: dict, work: Path, spark: Any, pool: Any) -> dict:
-    """Writes through the engine (dataflow_deltas.run), reads through the client."""
+    """Writes through the engine (dataflow_deltas.run), reads through the client from a
+    load process of ``pool`` (a client in this process would share the server's GIL)."""
     import dataflow_deltas
     from common import InProcServer, drive
 
@@ -160,6 +161,11 @@ def run_partialflow(data: dict, cfg: dict, work: Path, spark: Any, pool: Any) ->
                                   "rows_per_executor_cpu_s": round(cpu) if cpu == cpu else None})
         cats = [f"c{i}" for i in range(cfg["categories"])]
         for view, keys, calls in _read_plan(cfg, cats):
+            if pool is None:  # the smoke test: reads from this process
+                with srv.client() as c:
+                    out["reads"][view] = _timed_reads(
+                        lambda k, c=c, view=view: c.lookup(view, k), keys, calls)
+                continue
             op = {"kind": "lookup", "view": view, "keys": {"type": "list", "values": keys}}
             r = drive(pool, srv.address, op, calls=calls, seed=11, lead=0.5)
             out["reads"][view] = {"reads": r["calls"], "errors": r["errors"],
@@ -252,16 +258,10 @@ def run_postgres(data: dict, cfg: dict, durable: bool = True) -> dict:
         cats = [f"c{i}" for i in range(cfg["categories"])]
         sql = {"maxlen": MAXLEN_SQL.format(p="%s"), "avg_winning": AVG_SQL.format(p="%s"),
                "hot": HOT_SQL}
-        rng = random.Random(11)
         for view, keys, calls in _read_plan(cfg, cats):
-            lat = []
-            for _ in range(calls):
-                k = rng.choice(keys)
-                t0 = time.perf_counter()
-                con.execute(sql[view], (k,) if view != "hot" else None, prepare=True).fetchall()
-                lat.append(time.perf_counter() - t0)
-            lat.sort()
-            out["reads"][view] = {"reads": calls, "p50_ms": _q(lat, 0.50), "p99_ms": _q(lat, 0.99)}
+            out["reads"][view] = _timed_reads(
+                lambda k, view=view: con.execute(sql[view], (k,) if k != () else None,
+                                                 prepare=True).fetchall(), keys, calls)
         got: dict[str, dict] = {"maxlen": {}, "avg_winning": {}}
         for view, keys in (("maxlen", cats), ("avg_winning", list(range(10)))):
             for k in keys:
@@ -270,6 +270,19 @@ def run_postgres(data: dict, cfg: dict, durable: bool = True) -> dict:
     # PostgreSQL's AVG of double precision is a double; MAX(bigint) an int: as SQLite's
     out["answers"] = got
     return out
+
+
+def _timed_reads(read: Any, keys: list, calls: int) -> dict:
+    """``calls`` reads of keys drawn uniformly (seed 11), one at a time: p50/p99 in ms."""
+    rng = random.Random(11)
+    lat = []
+    for _ in range(calls):
+        k = rng.choice(keys)
+        t0 = time.perf_counter()
+        read(k)
+        lat.append(time.perf_counter() - t0)
+    lat.sort()
+    return {"reads": calls, "p50_ms": _q(lat, 0.50), "p99_ms": _q(lat, 0.99)}
 
 
 def _q(sorted_s: list[float], p: float) -> float:
