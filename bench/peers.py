@@ -364,7 +364,26 @@ def section(cfg: dict, work: Path, spark: Any, pool: Any, *, pg_durable: bool = 
         sec["engines"][name] = res
     sec["loadavg"]["end"] = loadavg()
     sec["ratios"] = ratios(sec)
+    sec["small_writes"] = small_write_goals(sec)
     return sec
+
+
+def small_write_goals(sec: dict) -> list[dict]:
+    """The small-write goal: partialflow's executor alone at 1-row and 100-row writes at
+    least the rate of Pathway's exact formulation, per seed view, in this run."""
+    pf = sec["engines"].get("partialflow", {})
+    peer = sec["engines"].get("pathway (sum strict / count)", {})
+    theirs = {(p["table"], p["batch"]): p["rows_per_s"] for p in peer.get("phases", [])}
+    out = []
+    for p in pf.get("phases", []):
+        other = theirs.get((p["table"], p["batch"]))
+        if p["batch"] > 100 or not other:
+            continue
+        r = p["executor_rows_per_s"] / other
+        out.append({"goal": {
+            "text": f"executor alone >= Pathway, {p['table']} x{p['batch']}",
+            "value": f"{r:.2f}x", "met": r >= 1.0}})
+    return out
 
 
 def ratios(sec: dict) -> list[dict]:

@@ -53,6 +53,10 @@ def render(sec: dict) -> str:
             f" ({_ratio(q['rows_per_worker_cpu_s'], p['rows_per_executor_cpu_s'])})"
             for q, p in zip(e["phases"], pf.get("phases", []), strict=False))
         lines.append(f"{n}, rows per worker CPU s (ratio to pf per executor CPU s): {cells}")
+    for item in sec.get("small_writes", []):
+        g = item["goal"]
+        lines.append(f"goal: {g['text']} (Pathway exact): {g['value']}, "
+                     f"{'met' if g['met'] else 'NOT met'}")
     lines += ["", "Reads by key, latency ms p50 / p99 (ratio to partialflow's p50 / p99):"]
     lines.append(f"{'view':<13}{'partialflow (gRPC client)':>28}  "
                  + "  ".join(f"{n:>34}" for n, e in others if e.get("reads")))
