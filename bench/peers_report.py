@@ -1,5 +1,8 @@
 """bench/peers.py's section as text: writes, reads, exactness, caveats. Figures of an
-engine whose answers were wrong carry a ``*``."""
+engine whose answers were wrong carry a ``*``.
+
+    python bench/peers_report.py RESULTS.json   # the Markdown tables of docs/benchmarks.md
+"""
 
 from __future__ import annotations
 
@@ -87,3 +90,77 @@ def render(sec: dict) -> str:
 
 def _ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:.2f}x" if a and b else "-"
+
+
+def markdown(sec: dict, meta: dict) -> str:
+    """The section's tables for docs/benchmarks.md."""
+    engines = sec["engines"]
+    pf = engines["partialflow"]
+    pg = engines.get("postgresql", {})
+    pws = [(n, e) for n, e in engines.items() if n.startswith("pathway") and "phases" in e]
+    out = [f"Measured {meta['date']} at {meta['commit']} ({meta['cores']} cores, "
+           f"{meta['memory_gib']} GiB, Python {meta['python']}, PostgreSQL "
+           f"{pg.get('version', '-').split()[0]}, Pathway "
+           f"{pws[0][1]['pathway'] if pws else '-'} with 1 worker thread); load average "
+           f"{sec['loadavg']['start'][0]} at the start of the section, "
+           f"{sec['loadavg']['end'][0]} at its end.", ""]
+    head = ["workload", "rows per write", "partialflow end to end", "partialflow executor alone",
+            "partialflow per executor CPU s"]
+    if pg.get("phases"):
+        head.append("PostgreSQL (x pf end to end)")
+    for n, _ in pws:
+        head.append(f"{n.replace('pathway', 'Pathway')} (x pf executor)")
+    out += ["| " + " | ".join(head) + " |", "| --- |" + " ---: |" * (len(head) - 1)]
+    for i, p in enumerate(pf["phases"]):
+        cells = [WORKLOADS[p["table"]], f"{p['batch']:,}", _fmt(p["rows_per_s"]),
+                 _fmt(p["executor_rows_per_s"]), _fmt(p["rows_per_executor_cpu_s"])]
+        if pg.get("phases"):
+            q = pg["phases"][i]["rows_per_s"]
+            cells.append(f"{_fmt(q)} ({_ratio(q, p['rows_per_s'])})")
+        for _, e in pws:
+            q = e["phases"][i]["rows_per_s"]
+            cells.append(f"{_fmt(q)}{_mark(e)} ({_ratio(q, p['executor_rows_per_s'])})")
+        out.append("| " + " | ".join(cells) + " |")
+    if pws:
+        out += ["", "Per second of engine CPU (partialflow's executor thread, Pathway's worker "
+                "thread), rows:", "",
+                "| workload | rows per write | partialflow | "
+                + " | ".join(n.replace("pathway", "Pathway") for n, _ in pws) + " |",
+                "| --- |" + " ---: |" * (2 + len(pws))]
+        for i, p in enumerate(pf["phases"]):
+            cells = [WORKLOADS[p["table"]], f"{p['batch']:,}", _fmt(p["rows_per_executor_cpu_s"])]
+            for _, e in pws:
+                q = e["phases"][i]["rows_per_worker_cpu_s"]
+                cells.append(f"{_fmt(q)}{_mark(e)} ({_ratio(q, p['rows_per_executor_cpu_s'])})")
+            out.append("| " + " | ".join(cells) + " |")
+    if pg.get("reads"):
+        out += ["", "| view read by key | partialflow p50 / p99 ms | PostgreSQL p50 / p99 ms "
+                "| PostgreSQL / partialflow |", "| --- | ---: | ---: | ---: |"]
+        for view, b in pf["reads"].items():
+            r = pg["reads"][view]
+            out.append(f"| `{view}` | {b['p50_ms']} / {b['p99_ms']} | {r['p50_ms']} / "
+                       f"{r['p99_ms']} | {_ratio(r['p50_ms'], b['p50_ms'])} / "
+                       f"{_ratio(r['p99_ms'], b['p99_ms'])} |")
+    out += ["", "Exactness, against SQLite running the views' SQL over the same final base "
+            "rows:", ""]
+    for n, e in engines.items():
+        x = e.get("exactness")
+        if x is None:
+            out.append(f"- {n}: not run ({e.get('skipped') or e.get('error')})")
+        elif x["exact"]:
+            out.append(f"- {n}: exact")
+        else:
+            ex = "; ".join(f"`{v}` key {k!r}: {g!r}, want {w!r}" for v, k, g, w in
+                           x["examples"][:2])
+            out.append(f"- {n}: **wrong**, {x['mismatches']} mismatches (e.g. {ex}); its "
+                       "figures carry a `*`")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    import json
+    import sys
+    from pathlib import Path
+
+    res = json.loads(Path(sys.argv[1]).read_text())
+    print(markdown(res["sections"]["peers"], res["meta"]))
