@@ -233,6 +233,8 @@ def run_postgres(data: dict, cfg: dict, durable: bool = True) -> dict:
     with psycopg.connect(dsn, autocommit=True) as con:
         out["settings"] = {k: con.execute(f"SHOW {k}").fetchone()[0] for k in DURABLE}
         out["version"] = con.execute("SHOW server_version").fetchone()[0]
+        if durable and out["settings"] != DURABLE:
+            raise RuntimeError(f"PostgreSQL is not durable here: {out['settings']}")
         with con.transaction(), con.cursor() as cur:
             for table, rows in (("info", data["info"]), ("auction", data["auction"])):
                 with cur.copy(f"COPY {table} FROM STDIN") as cp:
