@@ -1,6 +1,6 @@
 """partialflow against what a user would pick instead: Pathway and PostgreSQL 15.
 
-    python bench/peers.py                 # about 2-3 minutes on 2 busy cores
+    python bench/peers.py                 # 3-4 minutes on 2 cores at a load average of 30
     python bench/peers.py --rows 2000 --reads 200   # smaller, shorter
     python bench/peers.py --no-pathway    # without the optional Pathway extra
 
@@ -75,7 +75,10 @@ CAVEATS = [
     "queries through its REST connector): no read latency is given for it",
     "compare Pathway with partialflow's executor alone (no durability on either side of "
     "that pair) and PostgreSQL with partialflow end to end",
-    "one run on a 2-core machine shared with other engineers: expect +-30% between runs",
+    "one run on a 2-core machine shared with other engineers: expect +-30% between runs, "
+    "and more under load: at a high load average the wall-clock rates measure the scheduler "
+    "too (Pathway hands each write through three threads; the executor's figure counts its "
+    "busy time only), so compare per second of engine CPU",
 ]
 
 
