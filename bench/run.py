@@ -25,7 +25,10 @@ figure of docs/benchmarks.md, each against a baseline run in the same process on
   reads/s, read latency, failed reads, write-to-visible;
 - subscribe: write-to-subscriber latency at 20, 200 and 2000 rows/s with 32 Subscribe
   streams of 100 keys held (the server's limit at its default --workers), against the
-  writes' own acknowledgement.
+  writes' own acknowledgement;
+- peers: the seed views on Pathway (the ``bench`` extra) and on PostgreSQL 15 running the
+  view's SQL per read, side by side with partialflow on the same rows (bench/peers.py):
+  write rows/s at 1, 100 and 10,000 rows per write, read p50/p99 by key, exactness.
 
 Writes ``results-<date>.json`` (every figure) and PNG plots to ``--out``
 (default ``bench/results/``, which git ignores), and prints a goal summary.
@@ -48,6 +51,7 @@ sys.path.insert(0, str(BENCH))
 
 SECTIONS = [
     "reads", "hits", "memory", "restart", "checkpoints", "writes", "nexmark", "stream", "subscribe",
+    "peers",
 ]
 
 FULL = {
@@ -81,6 +85,10 @@ FULL = {
     # subscriptions: sub_streams Subscribe streams (the server's limit at its default 64
     # handler threads) of sub_keys keys each, an open-loop writer at each rate
     "sub_rates": [20, 200, 2000], "sub_seconds": 20.0, "sub_streams": 32, "sub_keys": 100,
+    # peers (bench/peers.py): rows per write phase (2,000 at most for 1-row writes), reads
+    # per view and engine
+    "peers": {"rows": 20_000, "products": 1000, "categories": 20,
+              "batches": [1, 100, 10_000], "reads": 1000},
 }
 QUICK = {
     **FULL,
@@ -98,6 +106,8 @@ QUICK = {
     "stream_seconds": 8.0, "stream_peak_seconds": 2.0, "stream_drain_cap": 60.0,
     "stream_checks_per_view": 1,
     "sub_seconds": 5.0,
+    "peers": {"rows": 5_000, "products": 1000, "categories": 20,
+              "batches": [1, 100, 10_000], "reads": 300},
 }
 
 

@@ -12,6 +12,7 @@ from typing import Any
 import checkpoints
 import datasets as ds
 import memory
+import peers
 import reads
 import stream
 import subscribe
@@ -396,3 +397,9 @@ class Suite:
             self._dir("subscribe"), self.spark, self.pool, rates=cfg["sub_rates"],
             seconds=cfg["sub_seconds"], subscriptions=cfg["sub_streams"],
             keys=cfg["sub_keys"])
+
+    def peers(self) -> None:
+        """The seed views on Pathway and PostgreSQL beside partialflow (peers.py)."""
+        sec = peers.section(self.cfg["peers"], self.work / "peers", self.spark, self.pool)
+        self.sections["peers"] = sec
+        print(peers.report(sec), flush=True)
