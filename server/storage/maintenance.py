@@ -115,7 +115,7 @@ class Maintenance:
         self._wal = wal
         self._indexer = indexer
         self._space = space
-        self._counters = counters
+        self.counters = counters  # flushes, compactions
         self._retries = retries
         self._queued_bytes = queued_bytes  # log bytes admitted, not yet appended
         # Log records after this LSN are kept even once they are in Parquet: dataflow
@@ -230,7 +230,7 @@ class Maintenance:
             with self._lock:
                 files.publish_locked(manifest)
                 memtable.flushed(work, upto)
-                self._counters["flushes"] += 1
+                self.counters["flushes"] += 1
                 self._last_flush = time.monotonic()
                 self._bg_cv.notify_all()  # the compactor may now have work
 
@@ -314,7 +314,7 @@ class Maintenance:
                     with self._lock:
                         files.publish_locked(manifest)
                         files.retire_locked(paths)
-                        self._counters["compactions"] += 1
+                        self.counters["compactions"] += 1
                 rows_after = (new.rows if new else 0) + sum(s.rows for s in rest)
                 log.info("compacted %s: %d -> %d segments, horizon %d", entry.schema.name,
                          len(segs) + len(rest), len(cur.segments), cur.horizon)

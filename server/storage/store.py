@@ -26,48 +26,27 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pyspark.sql import SparkSession
 
 from partialflow.server.errors import FailedPrecondition, InvalidArgument, ResourceExhausted
-from partialflow.server.storage.admitter import Admission
-from partialflow.server.storage.committer import Committer, Subscriber, WriteTicket
-from partialflow.server.storage.ddl import Ddl, TableCatalog
-from partialflow.server.storage.files import FileSet
-from partialflow.server.storage.indexer import RowIndexer
-from partialflow.server.storage.maintenance import Maintenance, Tuning
-from partialflow.server.storage.memtable import Memtable
+from partialflow.server.storage.committer import Subscriber, WriteTicket
+from partialflow.server.storage.ddl import TableCatalog
+from partialflow.server.storage.maintenance import Tuning
+from partialflow.server.storage.parts import Parts, wire
 from partialflow.server.storage.query import parse_select, run_query
-from partialflow.server.storage.record import TableChange
+from partialflow.server.storage.record import TableChange, TxRecord, WriteRecord
 from partialflow.server.storage.recovery import Layout, log_records, recover
 from partialflow.server.storage.schema import TableSchema
 from partialflow.server.storage.segments import ROW_GROUP_ROWS
-from partialflow.server.storage.snapshot import Snapshot, TableView
+from partialflow.server.storage.snapshot import Snapshot
 from partialflow.server.storage.space import Backoff, DiskSpace, fmt_bytes, is_space_error
-from partialflow.server.storage.wal import Wal
 
 __all__ = ["Storage", "WriteTicket"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class _Parts:
-    """The objects an open storage is made of."""
-
-    space: DiskSpace
-    catalog: TableCatalog
-    files: FileSet
-    memtable: Memtable
-    wal: Wal
-    indexer: RowIndexer
-    admission: Admission
-    committer: Committer
-    maintenance: Maintenance
-    ddl: Ddl
 
 
 def _tuned(name: str) -> property:
@@ -135,11 +114,10 @@ class Storage:
 
         self._lock = threading.Lock()  # the storage lock, shared by the parts
         self._state = "new"  # new -> opening -> open -> closing -> closed
-        self._parts: _Parts | None = None
+        self._parts: Parts | None = None
         # Before open() the catalog is empty; subscribers wait to be handed to the committer.
         self._catalog = TableCatalog(self._lock, self.catalog_path, self.tables_dir)
         self._subscribers: list[Subscriber] = []
-        self._clustering: dict[str, tuple[str, ...]] = {}
         self._threads: dict[str, threading.Thread] = {}
         self._lock_fd = -1
 
@@ -174,9 +152,12 @@ class Storage:
             self._unlock_dir()
             self._state = "new"
             raise
-        self._parts = self._wire(rec, space)
-        self._state = "open"
-        p = self._parts
+        with self._lock:  # subscribe() and hold_wal() before open hand their values over
+            p = self._parts = wire(rec, space, self._lock, self._tuning, self.layout,
+                                   self.spark, counters=self.counters, retries=self.retries,
+                                   wal_hold=self._wal_hold, subscribers=self._subscribers)
+            self._catalog = p.catalog
+            self._state = "open"
         runs: dict[str, Callable[[], None]] = {
             "committer": p.committer.run, "indexer": p.indexer.run,
             "flusher": p.maintenance.run_flusher, "compactor": p.maintenance.run_compactor}
@@ -185,31 +166,7 @@ class Storage:
             t.start()
             self._threads[name] = t
 
-    def _wire(self, rec: Any, space: DiskSpace) -> _Parts:
-        lock, tuning = self._lock, self._tuning
-        catalog = TableCatalog(lock, self.catalog_path, self.tables_dir, rec.catalog)
-        files = FileSet(lock, self.manifest_path, rec.manifest, catalog.names)
-        memtable = Memtable(rec.mem, rec.last_lsn, rec.upstream_marks)
-        wal = Wal(rec.wal)
-        indexer = RowIndexer(lock, rec.index, rec.last_lsn, self.retries["index"],
-                             catalog.is_live, catalog.keyed_ids)
-        admission = Admission(lock, rec.last_lsn + 1, catalog=catalog, indexer=indexer,
-                              memtable=memtable, space=space,
-                              max_backlog=lambda: tuning.max_index_backlog)
-        maintenance = Maintenance(
-            lock, self.spark, tuning, catalog=catalog, files=files, memtable=memtable,
-            wal=wal, indexer=indexer, space=space, counters=self.counters,
-            retries=self.retries, wal_hold=self._wal_hold, clustering=self._clustering,
-            queued_bytes=lambda: admission.pending_bytes)
-        committer = Committer(lock, wal, admission=admission, memtable=memtable,
-                              indexer=indexer, catalog=catalog, upstream_lsn=rec.upstream_lsn,
-                              subscribers=self._subscribers, on_grown=maintenance.grown_locked)
-        ddl = Ddl(lock, catalog, indexer, memtable, files, admission.check_space_locked)
-        self._catalog = catalog
-        return _Parts(space, catalog, files, memtable, wal, indexer, admission, committer,
-                      maintenance, ddl)
-
-    def _opened(self) -> _Parts:
+    def _opened(self) -> Parts:
         """The parts of an open storage (FailedPrecondition otherwise)."""
         p = self._parts
         if self._state != "open" or p is None:
@@ -271,7 +228,7 @@ class Storage:
         return self._state == "open"
 
     # ------------------------------------------------------------------ writes
-    def subscribe(self, fn: Callable[[Any], None]) -> None:
+    def subscribe(self, fn: Subscriber) -> None:
         """Call ``fn`` with every new WriteRecord (a TxRecord for a write over several tables
         or none), in LSN order, from the committer thread,
         after the record is durable and before its writer is acknowledged. Keep it fast."""
@@ -302,7 +259,7 @@ class Storage:
         assert p is not None, "storage is not open"
         return p.wal.start(self.last_lsn + 1)
 
-    def log_records(self, after: int, upto: int) -> Iterator[Any]:
+    def log_records(self, after: int, upto: int) -> Iterator[WriteRecord | TxRecord]:
         """The durable writes with ``after`` < LSN <= ``upto``, in LSN order, read back
         from the log (records of tables dropped since are skipped). FailedPrecondition if
         the log no longer holds all of them."""
@@ -369,25 +326,9 @@ class Storage:
         p = self._opened()
         if lsn is not None and (isinstance(lsn, bool) or not isinstance(lsn, int)):
             raise InvalidArgument(f"as_of must be an integer LSN, got {lsn!r}")
-        files, memtable = p.files, p.memtable
         with self._lock:
-            files.note_leaks_locked()
-            last = memtable.lsn
-            v = last if lsn is None else lsn
-            if v < 0 or v > last:
-                raise InvalidArgument(
-                    f"as_of {v} is out of range: the last durable LSN is {last}"
-                )
-            views = {}
-            paths: list[str] = []
-            for low, e in p.catalog.current_locked.tables.items():
-                tm = files.table(e.id)
-                tv = TableView(e.schema, e.id, tm.horizon, p.catalog.table_dir(e.schema.name),
-                               tm.segments, memtable.upto(e.id, v))
-                views[low] = tv
-                paths.extend(tv.paths())
-            files.pin_locked(v, paths)
-            return Snapshot(self.spark, files, v, views)
+            v, views = p.snapshot_locked(lsn)
+            return Snapshot(self.spark, p.files, v, views)
 
     def query(self, sql: str, as_of: int | None = None) -> tuple[list[str], list[tuple], int]:
         """Run one SELECT over the base tables at a snapshot: (column names, rows, lsn)."""
@@ -534,26 +475,9 @@ class Storage:
         if p is None:
             return self._stats_unopened()
         with self._lock:
-            p.files.note_leaks_locked()
-            wal = p.wal
-            tables = p.catalog.current_locked.tables.values()
-            return {
-                "lsn": p.memtable.lsn,
-                "flushed_lsn": p.files.flushed_lsn,
-                "index_lsn": p.indexer.lsn,
-                "horizon": {e.schema.name: p.files.table(e.id).horizon for e in tables},
-                "segments": {e.schema.name: len(p.files.table(e.id).segments) for e in tables},
-                "memtable_rows": p.memtable.rows,
-                "flushes": self.counters["flushes"],
-                "compactions": self.counters["compactions"],
-                "fsyncs": wal.fsyncs,
-                "wal_bytes": wal.total_bytes,
-                "wal_files": wal.file_count,
-                "pinned_snapshots": p.files.pinned,
-                **p.space.stats(),
-                **{f"{name}_failures": b.total for name, b in self.retries.items()},
-                "clustering": p.maintenance.clustering_stats_locked(),
-            }
+            return {**p.stats_locked(), **{f"{name}_failures": b.total
+                                           for name, b in self.retries.items()},
+                    "clustering": p.maintenance.clustering_stats_locked()}
 
     def _stats_unopened(self) -> dict:
         return {
