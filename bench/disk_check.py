@@ -29,8 +29,8 @@ def run(base: Path, threads: int, seconds: float, check: bool) -> tuple[float, f
     st.open()
     st.create_table(SCHEMA)
     if not check:
-        assert st._space is not None
-        st._space.free_bytes = lambda: 1 << 60  # type: ignore[method-assign]
+        assert st.disk is not None
+        st.disk.free_bytes = lambda: 1 << 60  # type: ignore[method-assign]
     stop = threading.Event()
     counts = [0] * threads
 

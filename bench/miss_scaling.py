@@ -140,11 +140,11 @@ def one_miss(c: Any, key: int, storage: Any) -> dict:
     """One cold read: latency, answer, LSN and the footprint stats() reports for it, and
     whether a compaction (the harness's or the background compactor's) ran meanwhile."""
     before = c.stats()["storage"]["compactions"]
-    busy = storage._compact_lock.locked()
+    busy = storage.compacting()
     t0 = time.monotonic()
     res = c.lookup("ev", key)
     t1 = time.monotonic()
-    busy = busy or storage._compact_lock.locked()
+    busy = busy or storage.compacting()
     st = c.stats()
     return {"key": key, "lat": t1 - t0, "t0": t0, "t1": t1, "rows": [list(r) for r in res.rows],
             "lsn": res.lsn, "scan": dict(st["upquery_scan"]["last"]),
@@ -213,8 +213,7 @@ def live(srv: Any, c: Any, args: argparse.Namespace, keys: int,
     # No new background compaction from here on; wait for one that is running, so the
     # checks and the server's stop don't race it.
     srv.engine.storage.max_segments = 1 << 30
-    with srv.engine.storage._compact_lock:
-        pass
+    srv.engine.storage.wait_for_compaction()
     st = c.stats()["storage"]
     s = summary(args.rows, "live", ms, la0, loadavg(), time.monotonic() - t_start)
     during = [m for m in ms if m["compacting"]]

@@ -76,7 +76,7 @@ def run_query(snapshot: Snapshot, sql: str) -> tuple[list[str], list[tuple[Any, 
     """Execute an already-parsed-valid SELECT against ``snapshot``; returns (columns, rows)."""
     tree = parse_select(sql)
     ctes = _cte_names(tree)
-    spark = snapshot._storage.spark
+    spark = snapshot.spark
     token = uuid.uuid4().hex[:12]
     views: dict[str, str] = {}  # lower table name -> temp view name
     for t in list(tree.find_all(exp.Table)):

@@ -20,22 +20,20 @@ import shutil
 import sqlite3
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from partialflow.server.errors import FailedPrecondition
 from partialflow.server.storage.catalog import Catalog, Manifest, TableEntry
+from partialflow.server.storage.ddl import table_dir
 from partialflow.server.storage.record import TxRecord, WriteRecord
 from partialflow.server.storage.rowindex import RowIndex, key_hashes, row_hashes
 from partialflow.server.storage.schema import DIFF_COL
 from partialflow.server.storage.segments import MemEntry
 from partialflow.server.storage.wal import META_TABLE, WalWriter, decode_upstream, read_wal
-
-if TYPE_CHECKING:
-    from partialflow.server.storage.store import Storage
 
 log = logging.getLogger(__name__)
 
@@ -52,23 +50,65 @@ def batch_rows(batch: pa.RecordBatch) -> list[tuple]:
     return list(zip(*[c.to_pylist() for c in batch.columns], strict=True))
 
 
-def recover(st: Storage) -> None:
-    """Bring ``st`` to the state of its data directory (called by ``Storage.open``)."""
-    for d in (st.data_dir, st.tables_dir, st.wal_dir):
+@dataclass(frozen=True)
+class Layout:
+    """Where a data directory keeps what (server/storage/README.md, Files)."""
+
+    data_dir: Path
+
+    @property
+    def tables_dir(self) -> Path:
+        return self.data_dir / "tables"
+
+    @property
+    def wal_dir(self) -> Path:
+        return self.data_dir / "wal"
+
+    @property
+    def catalog_path(self) -> Path:
+        return self.data_dir / "catalog.json"
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.data_dir / "manifest.json"
+
+    @property
+    def index_path(self) -> Path:
+        return self.data_dir / "index.sqlite"
+
+
+@dataclass
+class Recovered:
+    """What a data directory holds once opened: the parts the storage is built from."""
+
+    catalog: Catalog
+    manifest: Manifest
+    index: RowIndex
+    mem: dict[int, list[MemEntry]]  # per table id: the log's records after the flushed LSN
+    upstream_lsn: int | None  # largest committed (manifest and log)
+    upstream_marks: list[tuple[int, int]]  # (LSN, upstream LSN) of writes not yet flushed
+    last_lsn: int  # the durable LSN; the row index is at it too
+    wal: WalWriter
+
+
+def recover(layout: Layout, wal_rotate_bytes: int) -> Recovered:
+    """Open the data directory: load catalog and manifest, clean up, replay the log into
+    the memtable and the row index (called by ``Storage.open``)."""
+    for d in (layout.data_dir, layout.tables_dir, layout.wal_dir):
         d.mkdir(parents=True, exist_ok=True)
-    for leftover in (st.catalog_path, st.manifest_path):
+    for leftover in (layout.catalog_path, layout.manifest_path):
         leftover.with_name(leftover.name + ".tmp").unlink(missing_ok=True)
-    catalog = Catalog.load(st.catalog_path)
-    manifest = Manifest.load(st.manifest_path)
+    catalog = Catalog.load(layout.catalog_path)
+    manifest = Manifest.load(layout.manifest_path)
     by_id = catalog.by_id()
     stale = [tid for tid in manifest.tables if tid not in by_id]
     for tid in stale:
         del manifest.tables[tid]
     if stale:
-        manifest.save(st.manifest_path)
-    _clean_table_dirs(st, catalog, manifest)
+        manifest.save(layout.manifest_path)
+    _clean_table_dirs(layout.tables_dir, catalog, manifest)
 
-    index = _open_index(st.data_dir / "index.sqlite")
+    index = _open_index(layout.index_path)
     for tid in index.table_ids() - set(by_id):
         index.drop(tid)
     for e in by_id.values():
@@ -85,7 +125,7 @@ def recover(st: Storage) -> None:
     upstream = manifest.upstream_lsn
     marks: list[tuple[int, int]] = []  # (LSN, upstream LSN) of writes not yet flushed
     index.begin()
-    for rec in read_wal(st.wal_dir):
+    for rec in read_wal(layout.wal_dir):
         if first_wal is None:
             first_wal = rec.lsn
             if rec.lsn > flushed + 1:
@@ -122,22 +162,12 @@ def recover(st: Storage) -> None:
     else:
         index.rollback()
         log.warning("row index (LSN %d) cannot be caught up from the log; rebuilding it", index_lsn)
-        _rebuild_index(st, index, by_id, manifest, mem, last)
+        _rebuild_index(layout.tables_dir, index, by_id, manifest, mem, last)
 
-    st._catalog = catalog
-    st._manifest = manifest
-    st._live = set(by_id)
-    st._index = index
-    st._mem = mem
-    st._mem_rows = sum(e.batch.num_rows for ents in mem.values() for e in ents)
-    st._mem_bytes = sum(e.batch.nbytes for ents in mem.values() for e in ents)
-    st._upstream_lsn = upstream
-    st._upstream_marks = marks
-    st._next_lsn = last + 1
-    st._durable_lsn = st._acked_lsn = st._index_lsn = last
-    st._wal = WalWriter(st.wal_dir, last + 1, st.wal_rotate_bytes)
+    wal = WalWriter(layout.wal_dir, last + 1, wal_rotate_bytes)
     log.info("storage open at %s: LSN %d (flushed %d, %d WAL records replayed)",
-             st.data_dir, last, flushed, replayed)
+             layout.data_dir, last, flushed, replayed)
+    return Recovered(catalog, manifest, index, mem, upstream, marks, last, wal)
 
 
 def _apply_to_index(index: RowIndex, entry: TableEntry, batch: pa.RecordBatch, ndel: int) -> None:
@@ -171,7 +201,7 @@ def _open_index(path: Path) -> RowIndex:
 
 
 def _rebuild_index(
-    st: Storage, index: RowIndex, by_id: dict[int, TableEntry], manifest: Manifest,
+    tables_dir: Path, index: RowIndex, by_id: dict[int, TableEntry], manifest: Manifest,
     mem: dict[int, list[MemEntry]], last: int,
 ) -> None:
     """Recompute the row index from the Parquet segments plus the replayed memtable."""
@@ -184,10 +214,10 @@ def _rebuild_index(
         key_of: dict[bytes, bytes] = {}
         pk = e.schema.primary_key
         tm = manifest.tables.get(tid)
-        table_dir = st._table_dir(e.schema.name)
+        tdir = table_dir(tables_dir, e.schema.name)
         sources: list[tuple[list[tuple], list[int]]] = []
         for seg in tm.segments if tm else ():
-            t = pq.read_table(table_dir / seg.file)
+            t = pq.read_table(tdir / seg.file)
             data = t.select(list(e.schema.column_names))
             sources.append((batch_rows(data), t[DIFF_COL].to_pylist()))
         for m in mem.get(tid, []):
@@ -207,14 +237,14 @@ def _rebuild_index(
     index.commit(last)
 
 
-def _clean_table_dirs(st: Storage, catalog: Catalog, manifest: Manifest) -> None:
+def _clean_table_dirs(tables_dir: Path, catalog: Catalog, manifest: Manifest) -> None:
     wanted: dict[str, set[str]] = {}
     for e in catalog.tables.values():
         files = wanted.setdefault(e.schema.name.lower(), set())
         tm = manifest.tables.get(e.id)
         if tm is not None:
             files.update(s.file for s in tm.segments)
-    for d in st.tables_dir.iterdir():
+    for d in tables_dir.iterdir():
         if d.name not in wanted:
             log.info("removing leftover directory %s", d)
             _remove(d)
@@ -225,7 +255,7 @@ def _clean_table_dirs(st: Storage, catalog: Catalog, manifest: Manifest) -> None
             log.info("removing unreferenced file %s", f)
             _remove(f)
     for name in wanted:
-        (st.tables_dir / name).mkdir(exist_ok=True)
+        (tables_dir / name).mkdir(exist_ok=True)
 
 
 def _remove(p: Path) -> None:
@@ -235,19 +265,18 @@ def _remove(p: Path) -> None:
         p.unlink(missing_ok=True)
 
 
-def log_records(st: Storage, after: int, upto: int) -> Iterator[WriteRecord | TxRecord]:
+def log_records(wal_dir: Path, by_id: dict[int, TableEntry], after: int, upto: int,
+                ) -> Iterator[WriteRecord | TxRecord]:
     """The writes after ``after`` up to ``upto`` as subscribers got them (a WriteRecord, or a
     TxRecord for a write over several tables or none), read back from the log
     (``Storage.log_records``). Their rows decode exactly as the committer delivered them:
     per table, deletes first, then inserts, from the same Arrow batch."""
-    with st._lock:
-        by_id = st._catalog.by_id()
     schemas = {tid: (e.schema.name, e.schema.arrow_schema()) for tid, e in by_id.items()}
     expect = after + 1
     parts: list[WriteRecord] = []
     tables = 0  # frames of the current write that name a table (dropped ones too)
     upstream: int | None = None
-    for rec in read_wal(st.wal_dir, repair=False):
+    for rec in read_wal(wal_dir, repair=False):
         if rec.lsn <= after:
             continue
         if rec.lsn > upto:

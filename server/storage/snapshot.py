@@ -33,7 +33,9 @@ from partialflow.server.storage.segments import (
 )
 
 if TYPE_CHECKING:
-    from partialflow.server.storage.store import Storage
+    from pyspark.sql import SparkSession
+
+    from partialflow.server.storage.files import FileSet
 
 
 @dataclass(frozen=True)
@@ -72,9 +74,11 @@ def consolidate(df: DataFrame, cols: Sequence[str], has_neg: bool, has_multi: bo
 class Snapshot:
     """A pinned, consistent read view of all base tables as of ``lsn``."""
 
-    def __init__(self, storage: Storage, lsn: int, tables: Mapping[str, TableView]) -> None:
+    def __init__(self, spark: SparkSession, files: FileSet, lsn: int,
+                 tables: Mapping[str, TableView]) -> None:
         self.lsn = lsn
-        self._storage = storage
+        self.spark = spark
+        self._files = files  # told when the snapshot is released
         self._tables = dict(tables)  # keyed by lower-cased table name
         self._closed = False
         self._close_lock = threading.Lock()
@@ -109,7 +113,7 @@ class Snapshot:
         cols = list(tv.schema.column_names)
         df, has_neg, has_multi = self._stored(tv, filters)
         if df is None:
-            return self._storage.spark.createDataFrame([], tv.schema.spark_schema())
+            return self.spark.createDataFrame([], tv.schema.spark_schema())
         return consolidate(df, cols, has_neg, has_multi)
 
     def table_changes_df(
@@ -122,7 +126,7 @@ class Snapshot:
         tv = self.table_view(name)
         df, _, _ = self._stored(tv, filters)
         if df is None:
-            return self._storage.spark.createDataFrame([], tv.schema.segment_spark_schema())
+            return self.spark.createDataFrame([], tv.schema.segment_spark_schema())
         return df.select(*tv.schema.column_names, LSN_COL, DIFF_COL)
 
     def footprint(
@@ -142,7 +146,7 @@ class Snapshot:
         has a negative diff / a diff above 1."""
         schema = tv.schema
         resolved = [coerce_filter_values(schema, c, v) for c, v in (filters or {}).items()]
-        spark = self._storage.spark
+        spark = self.spark
         parts: list[DataFrame] = []
         has_neg = has_multi = False
 
@@ -179,7 +183,7 @@ class Snapshot:
             if self._closed:
                 return
             self._closed = True
-        self._storage._release_snapshot(self)
+        self._files.release(self.lsn, self._file_paths())
 
     def __enter__(self) -> Snapshot:
         return self
@@ -192,7 +196,7 @@ class Snapshot:
         # in a thread holding the storage lock), so only queue the release: no locks here.
         if not getattr(self, "_closed", True):
             self._closed = True
-            self._storage._leaked.append((self.lsn, self._file_paths()))
+            self._files.leaked(self.lsn, self._file_paths())
 
     # -- internal ------------------------------------------------------------------------------
     def _file_paths(self) -> list[str]:

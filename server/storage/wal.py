@@ -21,8 +21,9 @@ from __future__ import annotations
 import logging
 import os
 import struct
+import threading
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -283,3 +284,58 @@ class WalWriter:
             os.fsync(self._fd)
             os.close(self._fd)
             self._fd = -1
+
+
+class Wal:
+    """The log as the storage's parts share it: the committer appends (one write + one
+    fdatasync per group), the flusher rotates and deletes covered files. Its own lock
+    serializes them; it is never held while taking another lock."""
+
+    def __init__(self, writer: WalWriter) -> None:
+        self._writer = writer
+        self._lock = threading.Lock()
+        self.dir = writer.dir
+
+    @property
+    def fsyncs(self) -> int:
+        return self._writer.fsyncs
+
+    @property
+    def total_bytes(self) -> int:
+        return self._writer.total_bytes
+
+    @property
+    def file_count(self) -> int:
+        return self._writer.file_count
+
+    def append(self, data: bytes, next_lsn: int) -> None:
+        """See ``WalWriter.append`` (WalFull when undone for lack of space)."""
+        with self._lock:
+            self._writer.append(data, next_lsn)
+
+    def maybe_rotate(self, force: bool = False) -> None:
+        with self._lock:
+            self._writer.maybe_rotate(force)
+
+    def truncate(self, safe: int, before_delete: Callable[[], None]) -> int:
+        """Delete the closed files whose records all have LSN <= ``safe``, calling
+        ``before_delete`` first (the row index is made durable) when there are any."""
+        with self._lock:
+            if not self._writer.coverable(safe):
+                return 0
+        before_delete()
+        with self._lock:
+            return self._writer.delete_covered(safe)
+
+    def start(self, default: int) -> int:
+        """The first LSN the log holds (``default`` when it holds none)."""
+        with self._lock:
+            files = list_wal_files(self.dir)
+        for first, path in files:
+            if path.stat().st_size > 0:
+                return first
+        return default
+
+    def close(self) -> None:
+        with self._lock:
+            self._writer.close()

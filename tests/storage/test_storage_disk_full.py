@@ -59,7 +59,7 @@ def test_the_default_reserve_is_64_mib_or_a_sixteenth_of_a_small_filesystem(tmp_
 def test_a_flush_that_runs_out_of_space_leaves_no_file_and_is_retried(make_store, monkeypatch):
     st = make_store(flush_rows=10**9, flush_interval=0.05)
     st.create_table(KEYED)
-    table_dir = st._table_dir("u")
+    table_dir = st.table_dir("u")
     real_write = pq.write_table
     fail = {"segment": 2, "manifest": 1}
 
@@ -89,7 +89,7 @@ def test_a_flush_that_runs_out_of_space_leaves_no_file_and_is_retried(make_store
     stats = st.stats()
     assert stats["flush_failures"] == 3 and fail == {"segment": 0, "manifest": 0}
     # No half-written segment, no temp file, no segment the manifest does not name: ever.
-    named = {s.file for tm in st._manifest.tables.values() for s in tm.segments}
+    named = {f for files in st.segment_files().values() for f in files}
     assert _files(table_dir) == named
     assert not any(".tmp" in n for names in seen for n in names)
     assert not any(p.name.endswith(".tmp") for p in st.data_dir.iterdir())
@@ -140,8 +140,8 @@ def test_a_wal_append_out_of_space_is_undone_refused_and_never_replayed(tmp_path
     with small_tmpfs(tmp_path / "mnt", "4m") as mnt:
         st = make_store(mnt / "data")
         st.create_table(KEYED)
-        assert st._space is not None
-        st._space.free_bytes = lambda: 1 << 40  # type: ignore[method-assign]
+        assert st.disk is not None
+        st.disk.free_bytes = lambda: 1 << 40  # type: ignore[method-assign]
         filler = mnt / "filler"
         fill(filler, leave=600 << 10)
         acked: list[tuple[int, tuple]] = []
@@ -228,7 +228,7 @@ def test_a_compaction_out_of_space_leaves_nothing_and_works_once_there_is_room(
             st.write("u", rows)
             expected.update(rows)
             st.flush()
-        table_dir = st._table_dir("u")
+        table_dir = st.table_dir("u")
         before = _files(table_dir)
         filler = mnt / "filler"
         fill(filler, leave=256 << 10)  # less than a copy of the table
@@ -275,9 +275,7 @@ def test_a_row_index_update_that_finds_the_disk_full_is_rolled_back_and_retried(
     assert st.stats()["index_failures"] == 2 and fail == [0]
     with pytest.raises(AlreadyExists):  # and the index has it once retried
         st.write("u", [(3, "again")])
-    assert st._index is not None
-    tid = st.table_ids()["u"]
-    assert st._index.reader.execute(f"SELECT COUNT(*) FROM k_{tid}").fetchone() == (20,)
+    assert st.index_entries("u") == 20
     assert _rows(st) == Counter((i, f"n{i}") for i in range(20))
 
 
@@ -327,16 +325,15 @@ def test_a_background_compaction_waits_for_room_instead_of_filling_the_disk(
             st.flush()
         filler = mnt / "filler"
         fill(filler, leave=512 << 10)  # room for writes, not for a copy of the table
-        caplog.set_level(logging.INFO, logger="partialflow.server.storage.pipeline")
+        caplog.set_level(logging.INFO, logger="partialflow.server.storage.maintenance")
         st.max_segments = 2
-        with st._lock:
-            st._bg_cv.notify_all()
+        st.wake_background()
         _wait(lambda: any("waits for room" in r.getMessage() for r in caplog.records))
         time.sleep(2.5)  # a try or two more: still waiting, logged once, nothing written
         assert sum("waits for room" in r.getMessage() for r in caplog.records) == 1
         stats = st.stats()
         assert stats["segments"]["u"] == 3 and stats["compaction_failures"] == 0
-        assert not [p for p in st._table_dir("u").iterdir() if p.name.startswith("_tmp")]
+        assert not [p for p in st.table_dir("u").iterdir() if p.name.startswith("_tmp")]
 
         filler.unlink()
         _wait(lambda: st.stats()["segments"]["u"] == 1, timeout=120)
