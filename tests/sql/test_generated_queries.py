@@ -23,8 +23,9 @@ Spark query per view and round checks them all):
         scripts/test.sh -q tests/sql/test_generated_queries.py
 
 PARTIALFLOW_GENERATED_SPARK_EVERY=N compares with Spark every Nth round only (and the
-first and last; sqlite every round; 3 by default, 1 for every round), PARTIALFLOW_GENERATED_EVICT_EVERY=N evicts a key of
-one view in N per round (4), PARTIALFLOW_GENERATED_SEED picks the seed,
+first and last; sqlite every round; 3 by default, 1 for every round),
+PARTIALFLOW_GENERATED_EVICT_EVERY=N evicts a key of one view in N per round (4),
+PARTIALFLOW_GENERATED_SEED picks the seed,
 PARTIALFLOW_GENERATED_KINDS=multiway,scalar (say) only those kinds (a kind named twice is
 drawn twice as often). The counts (generated, accepted, refused, key checks against Spark
 and sqlite) are printed, and the checks per
