@@ -68,9 +68,11 @@ def uniq():
 @pytest.fixture(scope="session")
 def spark():
     # Imported here: tests that need no Spark (tests/dataflow) then never import pyspark.
+    from helpers import local_spark_conf
+
     from partialflow.server.spark import spark_session
 
-    return spark_session("local[2]")
+    return spark_session("local[2]", conf=local_spark_conf())
 
 
 @pytest.fixture(scope="session")
