@@ -14,8 +14,9 @@ import shutil
 import statistics
 import tempfile
 import threading
-import time
 from pathlib import Path
+
+from threaded import run_threads
 
 from partialflow.server.storage import Column, Storage, TableSchema
 
@@ -41,15 +42,7 @@ def run(base: Path, threads: int, seconds: float, check: bool) -> tuple[float, f
             counts[t] += 1
             k += 1
 
-    ts = [threading.Thread(target=worker, args=(t,)) for t in range(threads)]
-    t0, cpu0 = time.perf_counter(), time.process_time()
-    for t in ts:
-        t.start()
-    time.sleep(seconds)
-    stop.set()
-    for t in ts:
-        t.join()
-    elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    elapsed, cpu = run_threads(worker, threads, seconds, stop)
     st.close()
     shutil.rmtree(d, ignore_errors=True)
     writes = sum(counts)

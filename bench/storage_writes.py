@@ -20,6 +20,8 @@ import threading
 import time
 from pathlib import Path
 
+from threaded import run_threads
+
 from partialflow.server.storage import Column, Storage, TableSchema
 
 SCHEMA = TableSchema(
@@ -73,17 +75,7 @@ def run_writes(base: Path, threads: int, batch: int, seconds: float, pk: bool) -
             counts[t] += 1
             k += 1
 
-    ts = [threading.Thread(target=worker, args=(t,)) for t in range(threads)]
-    t0 = time.perf_counter()
-    cpu0 = time.process_time()  # CPU of all threads of this process (incl. sqlite, fsync calls)
-    for t in ts:
-        t.start()
-    time.sleep(seconds)
-    stop.set()
-    for t in ts:
-        t.join()
-    elapsed = time.perf_counter() - t0
-    cpu = time.process_time() - cpu0
+    elapsed, cpu = run_threads(worker, threads, seconds, stop)
     stats = st.stats()
     st.close()
     shutil.rmtree(d, ignore_errors=True)

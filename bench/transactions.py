@@ -25,6 +25,8 @@ import threading
 import time
 from pathlib import Path
 
+from threaded import run_threads
+
 from partialflow.server.storage import Column, Storage, TableChange, TableSchema
 
 
@@ -54,7 +56,7 @@ def run(base: Path, mode: str, rows: int, tables: int, threads: int, seconds: fl
             per.setdefault(j % tables, []).append((first + j, f"w{j}", j))
         return [TableChange(f"t{i}", inserts=r) for i, r in per.items()]
 
-    def writer() -> None:
+    def writer(_: int) -> None:
         while not stop.is_set():
             changes = unit()
             t0 = time.perf_counter()
@@ -68,15 +70,7 @@ def run(base: Path, mode: str, rows: int, tables: int, threads: int, seconds: fl
                 lat.append(ms)
                 done[0] += rows
 
-    workers = [threading.Thread(target=writer) for _ in range(threads)]
-    t0 = time.perf_counter()
-    for w in workers:
-        w.start()
-    time.sleep(seconds)
-    stop.set()
-    for w in workers:
-        w.join()
-    elapsed = time.perf_counter() - t0
+    elapsed, _ = run_threads(writer, threads, seconds, stop)
     st.close()
     shutil.rmtree(d, ignore_errors=True)
     lat.sort()

@@ -6,17 +6,18 @@ Invariants, checked after every message:
 - a Write (or INSERT, or Load) answered OK stored exactly the rows sent: a Python model of
   each table's multiset of rows is compared with the server's, by a lookup of the touched
   keys through a `WHERE id = ?` view every few OK writes, and by a full Spark query of
-  every table every few seconds and at the end;
+  every table every 700 messages and at the end;
 - a refused request uses no LSN: the next acknowledged write has exactly the next LSN;
 - a message the independent reference decoder below calls malformed is INVALID_ARGUMENT;
 - the server keeps serving: a Ping after each message.
 
-Slow paths are rationed (Spark jobs: valid queries, new lookup keys, loads, compactions),
-so the run costs about PARTIALFLOW_FUZZ_SECONDS plus setup: 30 by default (the suite's
-share of CI's time, about 3,000 messages on 2 cores), more for a longer search. Generation
-is seeded (deterministic in CI); set PARTIALFLOW_FUZZ_SEED to explore other messages. The
-number of messages is printed in the run's summary and written to fuzz-report.json in the
-test's tmp dir.
+The run sends PARTIALFLOW_FUZZ_MESSAGES messages (2,000 by default, the suite's share of
+CI's time: about 20 s on 2 cores), more for a longer search; PARTIALFLOW_FUZZ_SECONDS, if
+set, also ends it after that many seconds. A count, not a time: generation is seeded, so
+every CI run sends the same messages however loaded the machine is. Slow paths are rationed
+(Spark jobs: valid queries, new lookup keys, loads, compactions), the rations growing with
+the count. Set PARTIALFLOW_FUZZ_SEED to explore other messages. The number of messages is
+printed in the run's summary and written to fuzz-report.json in the test's tmp dir.
 """
 
 from __future__ import annotations
@@ -40,12 +41,15 @@ from hypothesis import strategies as st
 from partialflow.proto import partialflow_pb2 as pb
 from partialflow.proto.values import fill_batch
 
-FUZZ_SECONDS = float(os.environ.get("PARTIALFLOW_FUZZ_SECONDS", "30"))
+FUZZ_MESSAGES = int(os.environ.get("PARTIALFLOW_FUZZ_MESSAGES", "2000"))
+FUZZ_SECONDS = float(os.environ.get("PARTIALFLOW_FUZZ_SECONDS") or "inf")
 # A user property of this name, (title, line), is printed in the run's closing summary
 # (tests/conftest.py), from an xdist worker too.
 SUMMARY = "partialflow_summary"
 BASE_SEED = int(os.environ.get("PARTIALFLOW_FUZZ_SEED", "20261122"))
-CHECK_EVERY = 15.0  # seconds between full-table checks
+# Messages between full-table checks (a Spark query of every table; also one at the end).
+# A count like the run's length: a loaded machine does not make more of them.
+CHECK_EVERY = 700
 CHECK_WRITES = 6  # OK writes between reads of the keys they touched
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -754,7 +758,7 @@ FILE_ROWS = {
 }
 CSV_TEXT = 'k,s,d\n1,loaded,0.5\n2,"é,""q""",\n,,-1.0\n3,a\\b,2.0\n'
 
-# Spark jobs and other slow paths, rationed per run (scaled with the time budget).
+# Spark jobs and other slow paths, rationed per run (scaled with the message count).
 BUDGETS = {"spark-query": 12, "new-key": 30, "load": 4, "compact": 2, "view": 6, "flush": 30,
            "evict-all": 2, "evict-key": 6, "big": 40}
 
@@ -773,14 +777,14 @@ class Driver:
             )
             for name, m in METHODS.items()
         }
-        scale = max(1.0, FUZZ_SECONDS / 60)
+        scale = max(1.0, FUZZ_MESSAGES / 6000)
         self.budget = {k: int(v * scale) for k, v in BUDGETS.items()}
         self.sent = Counter()
         self.seconds: Counter = Counter()  # time spent, per method and per kind of check
         self.codes = Counter()
         self.skipped = 0
         self.filled: set[tuple] = set()  # (view, key) known to be filled
-        self.last_check = time.monotonic()
+        self.last_check = 0  # messages sent at the last full check
         self.checks = 0
         self.unchecked: dict[str, set] = {}  # table -> keys written since the last check
         self.unchecked_writes: list[str] = []
@@ -1014,7 +1018,7 @@ class Driver:
             self.unchecked_writes.append(f"LSN {lsn}: {shown}")
         if len(self.unchecked_writes) >= CHECK_WRITES:
             self.check_keys()
-        if time.monotonic() - self.last_check > CHECK_EVERY:
+        if sum(self.sent.values()) - self.last_check >= CHECK_EVERY:
             self.check_all()
 
     def check_keys(self) -> None:
@@ -1053,7 +1057,7 @@ class Driver:
     def check_all(self) -> None:
         """Every modelled table, read by Spark, equals the model; no LSN went missing."""
         self.check_keys()
-        self.last_check = t0 = time.monotonic()
+        self.last_check, t0 = sum(self.sent.values()), time.monotonic()
         self.checks += 1
         code, stats = self.call("Stats", b"", 30)
         assert code == grpc.StatusCode.OK
@@ -1121,13 +1125,16 @@ def test_protocol_fuzz(fuzz_server, record_property, request):
         deadline = started + FUZZ_SECONDS
         batch = 0
 
-        while time.monotonic() < deadline:
+        def more() -> bool:
+            return sum(driver.sent.values()) < FUZZ_MESSAGES and time.monotonic() < deadline
+
+        while more():
             @seed(BASE_SEED + batch)
             @settings(max_examples=40, deadline=None, database=None, phases=[Phase.generate],
                       suppress_health_check=list(HealthCheck))
             @given(item=fuzz_items())
             def one(item):
-                if time.monotonic() < deadline:
+                if more():
                     driver.run(*item)
 
             one()

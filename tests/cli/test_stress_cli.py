@@ -2,8 +2,10 @@
 a real server (in-process here, so no second server JVM), with a memory limit that forces
 eviction, the background sampler on, and test hooks enabled.
 
-1. About a minute of load with Spark scans failing, crawling and hanging in windows: no
-   wrong answer, no lost write, only clean errors, recovery afterwards, a readable report.
+1. A minute of load (PARTIALFLOW_STRESS_CLI_SECONDS) with Spark scans failing, crawling
+   and hanging in windows of about 7 s each (the three windows and their gaps fit in the
+   middle 55% of the load): no wrong answer, no lost write, only clean errors, recovery
+   afterwards, a readable report.
 2. A wrong answer planted (through the test hook) in a filled key during a stress run: the
    run fails and shows the mismatch, and the server's sampler counts it too. The checkers
    can fail.
@@ -26,6 +28,12 @@ from helpers import InProcessServer
 
 from partialflow.client.stress.hooks import TestHooks
 
+# Each fault mode gets a window either way, and "fail" must make an upquery fail (checked
+# below): a longer run adds reads, not kinds of check. The verification after the load is
+# one Spark job per view whatever the length. Not shorter: each subscriber must see an
+# event, so it needs its snapshot (Spark fills) in the clean 20% before the faults or the
+# 25% after them; at 30 s (load 36) neither subscriber got one, at 40 s (load 35) the
+# maxlen subscriber's stream was cut 7 times without an event.
 DURATION = os.environ.get("PARTIALFLOW_STRESS_CLI_SECONDS", "60")
 
 

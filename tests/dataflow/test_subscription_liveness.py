@@ -16,6 +16,7 @@ SQL by sqlite over the model's history at the event's LSN).
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 import pytest
 from stepped import Harness
@@ -84,17 +85,21 @@ class Latency:
                 i += 1
 
 
-def _run(seed: int, memory_limit: int | None) -> tuple[int, int, Harness, Holder]:
-    """The scenario; returns the most steps in a row the subscription's cut did not move,
-    the most writes it was behind, the harness and the subscriber."""
+def _run(seed: int, memory_limit: int | None, steps: int = STEPS,
+         writes: Callable[[Harness, random.Random, dict[str, str]], None] = _write,
+         ) -> tuple[int, int, Harness, Holder]:
+    """The scenario, ``writes(h, rng, where)`` at each of ``steps`` steps (one ``_write``
+    here; test_tx_subscription_liveness.py sends several, some as transactions); returns
+    the most steps in a row the subscription's cut did not move, the most writes it was
+    behind, the harness and the subscriber."""
     rng = random.Random(seed)
     h = Harness(upquery_timeout=60.0, memory_limit=memory_limit)
     where = _setup(h, rng)
     hd = Holder(h, "maxlen", h.df.subscribe("maxlen", SUBSCRIBED))
     lat = Latency(h)
     still = worst = stale = 0
-    for i in range(STEPS):
-        _write(h, rng, where)
+    for i in range(steps):
+        writes(h, rng, where)
         if i % 2:  # another client reads keys nobody subscribed to: memory pressure
             h.begin("vals", [(k,) for k in rng.sample(range(200), 12)])
         h.clock.advance(0.01)

@@ -15,15 +15,7 @@ import random
 
 import pytest
 from stepped import Harness
-from test_subscription_liveness import (
-    MAX_STILL_STEPS,
-    PRODUCTS,
-    SUBSCRIBED,
-    Latency,
-    _setup,
-    _write,
-)
-from test_subscriptions import Holder
+from test_subscription_liveness import MAX_STILL_STEPS, PRODUCTS, SUBSCRIBED, _run, _write
 
 STEPS = 200
 WRITES_PER_STEP = 3  # several writes per upquery latency, as on a server under load
@@ -42,38 +34,20 @@ def _tx(h: Harness, rng: random.Random, where: dict[str, str]) -> None:
     where[p] = new
 
 
-def _run(seed: int, memory_limit: int | None) -> tuple[int, int, Harness, Holder]:
-    rng = random.Random(seed)
-    h = Harness(upquery_timeout=60.0, memory_limit=memory_limit)
-    where = _setup(h, rng)
-    hd = Holder(h, "maxlen", h.df.subscribe("maxlen", SUBSCRIBED))
-    lat = Latency(h)
-    still = worst = stale = 0
-    for i in range(STEPS):
-        for _ in range(WRITES_PER_STEP):
-            if rng.random() < TX_SHARE:
-                _tx(h, rng, where)
-            else:
-                _write(h, rng, where)
-        if i % 2:
-            h.begin("vals", [(k,) for k in rng.sample(range(200), 12)])
-        h.clock.advance(0.01)
-        h.run()
-        lat.step(i)
-        h.run()
-        told = hd.lsn
-        hd.drain()
-        still = 0 if hd.lsn > told else still + 1
-        worst = max(worst, still)
-        stale = max(stale, h.ex.applied_lsn - hd.lsn)
-    return worst, stale, h, hd
+def _writes(h: Harness, rng: random.Random, where: dict[str, str]) -> None:
+    """A step's writes: several, each a transaction with probability TX_SHARE."""
+    for _ in range(WRITES_PER_STEP):
+        if rng.random() < TX_SHARE:
+            _tx(h, rng, where)
+        else:
+            _write(h, rng, where)
 
 
 @pytest.mark.parametrize("memory_limit", [None, 12_000], ids=["no-limit", "12KB"])
 @pytest.mark.parametrize("seed", range(3))
 def test_transactions_over_a_join_keep_its_subscription_live(
         seed: int, memory_limit: int | None) -> None:
-    worst, stale, h, hd = _run(seed, memory_limit)
+    worst, stale, h, hd = _run(seed, memory_limit, STEPS, _writes)
     try:
         stats = h.ex.stats.counters
         assert stats.get("transactions_applied", 0) > 0 and stats.get("keys_gated", 0) > 0

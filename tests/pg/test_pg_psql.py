@@ -70,7 +70,11 @@ def test_psql_ctrl_c_cancels_a_slow_read(pg_env, server, uniq):
         proc = subprocess.Popen([need("psql"), "-X", "-c", f"SELECT * FROM {v} WHERE g = 'x'"],
                                 env=pg_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True)
-        time.sleep(2.0)
+        # Until the read's fill is issued (its scan then hangs): psql is waiting on it.
+        deadline = time.monotonic() + 60
+        while not server.engine.stats()["views"][v]["upqueries"]:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.poll()
+            time.sleep(0.05)
         assert proc.poll() is None  # waiting on the fill
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=30)
