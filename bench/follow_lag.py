@@ -6,7 +6,7 @@ key here. Prints figures and ratios; not a test.
                                          [--seconds 15]
 
 The server applies several upstream commits at once (PARTIALFLOW_FOLLOW_IN_FLIGHT, default
-128, in its environment); PARTIALFLOW_FOLLOW_IN_FLIGHT=1 applies them one at a time, the
+16, in its environment); PARTIALFLOW_FOLLOW_IN_FLIGHT=1 applies them one at a time, the
 baseline to run beside it.
 
 Per upstream rate (pgbench -R, 2 clients): lag p50/p99 (a sampler takes the upstream WAL
@@ -203,7 +203,7 @@ def main() -> None:
         srv.terminate()
     rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                          text=True, cwd=REPO).stdout.strip()
-    print(f"in flight: {os.environ.get('PARTIALFLOW_FOLLOW_IN_FLIGHT') or 'default (128)'}; "
+    print(f"in flight: {os.environ.get('PARTIALFLOW_FOLLOW_IN_FLIGHT') or 'default (16)'}; "
           f"date {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {rev}, "
           f"{platform.machine()} {os.cpu_count()} cores, load average "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")

@@ -57,7 +57,7 @@ log = logging.getLogger(__name__)
 SESSION_OPTIONS = "-c TimeZone=UTC -c DateStyle=ISO -c IntervalStyle=postgres"
 BACKOFF_MIN, BACKOFF_MAX = 0.5, 10.0
 # Upstream commits submitted here and not yet durable, at most (1: one at a time).
-IN_FLIGHT = int(os.environ.get("PARTIALFLOW_FOLLOW_IN_FLIGHT") or 128)
+IN_FLIGHT = int(os.environ.get("PARTIALFLOW_FOLLOW_IN_FLIGHT") or 16)
 
 
 class Follower:
