@@ -2,8 +2,12 @@
 15 at fixed rates while views over its accounts, branches and history tables are read by
 key here. Prints figures and ratios; not a test.
 
-    .venv/bin/python bench/follow_lag.py [--scale 1] [--rates 25,50,100,200,400]
+    .venv/bin/python bench/follow_lag.py [--scale 1] [--rates 25,50,100,200,400,600,800]
                                          [--seconds 15]
+
+The server applies several upstream commits at once (PARTIALFLOW_FOLLOW_IN_FLIGHT, default
+16, in its environment); PARTIALFLOW_FOLLOW_IN_FLIGHT=1 applies them one at a time, the
+baseline to run beside it.
 
 Per upstream rate (pgbench -R, 2 clients): lag p50/p99 (a sampler takes the upstream WAL
 insert position every 100 ms and times until a lookup with that min_upstream_lsn
@@ -140,7 +144,7 @@ def check_exact(up: Any, client: Any, scale: int) -> int:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--scale", type=int, default=1)
-    ap.add_argument("--rates", default="25,50,100,200,400")
+    ap.add_argument("--rates", default="25,50,100,200,400,600,800")
     ap.add_argument("--seconds", type=int, default=15)
     a = ap.parse_args()
 
@@ -199,7 +203,8 @@ def main() -> None:
         srv.terminate()
     rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                          text=True, cwd=REPO).stdout.strip()
-    print(f"date {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {rev}, "
+    print(f"in flight: {os.environ.get('PARTIALFLOW_FOLLOW_IN_FLIGHT') or 'default (16)'}; "
+          f"date {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {rev}, "
           f"{platform.machine()} {os.cpu_count()} cores, load average "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 

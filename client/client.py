@@ -176,7 +176,7 @@ class Client:
 
     @staticmethod
     def _result(msg: pb.ResultSet) -> Result:
-        return Result(rows_of(msg), list(msg.columns), msg.lsn)
+        return Result(rows_of(msg), list(msg.columns), msg.lsn, msg.upstream_lsn)
 
     def close(self) -> None:
         """Close the channel; the client cannot be used afterwards."""

@@ -20,6 +20,7 @@ class Snapshot:
     rows: dict[tuple, list[tuple]]
     lsn: int
     columns: list[str] = field(default_factory=list)
+    upstream_lsn: str = field(default="", repr=False)  # see Subscription.upstream_lsn
 
 
 @dataclass
@@ -31,6 +32,7 @@ class Change:
     inserted: list[tuple]
     deleted: list[tuple]
     lsn: int
+    upstream_lsn: str = field(default="", repr=False)
 
 
 @dataclass
@@ -38,6 +40,7 @@ class Heartbeat:
     """Nothing changed: every subscribed key's rows as rebuilt are exact at ``lsn``."""
 
     lsn: int
+    upstream_lsn: str = field(default="", repr=False)
 
 
 @dataclass
@@ -47,6 +50,7 @@ class CaughtUp:
 
     lsn: int
     columns: list[str] = field(default_factory=list)
+    upstream_lsn: str = field(default="", repr=False)
 
 
 SubscriptionEvent = Snapshot | Change | Heartbeat | CaughtUp
@@ -60,6 +64,9 @@ class Subscription:
     def __init__(self, stream: Any, from_lsn: int | None = None) -> None:
         self._stream = stream
         self.lsn = from_lsn or 0  # a resumed stream's rows are exact at from_lsn until told more
+        # On a server following a PostgreSQL: the upstream position ('X/Y') ``lsn`` is exact
+        # at; every event carries its own as ``upstream_lsn`` too.
+        self.upstream_lsn = ""
         self.columns: list[str] = []
 
     def __iter__(self) -> Subscription:
@@ -80,25 +87,26 @@ class Subscription:
             for message in self._stream:
                 if message.columns:
                     self.columns = list(message.columns)
-                kind, lsn = message.kind, message.lsn
+                kind, lsn, up = message.kind, message.lsn, message.upstream_lsn
                 if kind == pb.SubscribeEvent.SNAPSHOT:
                     rows = {decode_values(c.key.values, "key"): decode_rows(c.inserted, "inserted")
                             for c in message.changes}
-                    self.lsn = lsn
-                    yield Snapshot(rows, lsn, self.columns)
+                    self.lsn, self.upstream_lsn = lsn, up
+                    yield Snapshot(rows, lsn, self.columns, up)
                     continue
                 if kind == pb.SubscribeEvent.HEARTBEAT:
-                    self.lsn = lsn
-                    yield Heartbeat(lsn)
+                    self.lsn, self.upstream_lsn = lsn, up
+                    yield Heartbeat(lsn, up)
                     continue
                 changes = [Change(decode_values(c.key.values, "key"),
                                   decode_rows(c.inserted, "inserted"),
-                                  decode_rows(c.deleted, "deleted"), lsn)
+                                  decode_rows(c.deleted, "deleted"), lsn, up)
                            for c in message.changes]
-                self.lsn = lsn  # set before yielding: a batch is applied as a whole
+                # Set before yielding: a batch is applied as a whole.
+                self.lsn, self.upstream_lsn = lsn, up
                 yield from changes
                 if message.columns:  # the first batch of a resumed stream
-                    yield CaughtUp(lsn, self.columns)
+                    yield CaughtUp(lsn, self.columns, up)
         except grpc.RpcError as err:
             if err.code() == grpc.StatusCode.CANCELLED and self._closed:
                 return

@@ -72,16 +72,18 @@ class RowBatch(_message.Message):
     def __init__(self, num_rows: _Optional[int] = ..., columns: _Optional[_Iterable[_Union[Column, _Mapping]]] = ...) -> None: ...
 
 class ResultSet(_message.Message):
-    __slots__ = ("columns", "rows", "lsn", "batch")
+    __slots__ = ("columns", "rows", "lsn", "batch", "upstream_lsn")
     COLUMNS_FIELD_NUMBER: _ClassVar[int]
     ROWS_FIELD_NUMBER: _ClassVar[int]
     LSN_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
+    UPSTREAM_LSN_FIELD_NUMBER: _ClassVar[int]
     columns: _containers.RepeatedScalarFieldContainer[str]
     rows: _containers.RepeatedCompositeFieldContainer[Row]
     lsn: int
     batch: RowBatch
-    def __init__(self, columns: _Optional[_Iterable[str]] = ..., rows: _Optional[_Iterable[_Union[Row, _Mapping]]] = ..., lsn: _Optional[int] = ..., batch: _Optional[_Union[RowBatch, _Mapping]] = ...) -> None: ...
+    upstream_lsn: str
+    def __init__(self, columns: _Optional[_Iterable[str]] = ..., rows: _Optional[_Iterable[_Union[Row, _Mapping]]] = ..., lsn: _Optional[int] = ..., batch: _Optional[_Union[RowBatch, _Mapping]] = ..., upstream_lsn: _Optional[str] = ...) -> None: ...
 
 class ExecuteRequest(_message.Message):
     __slots__ = ("sql", "columnar")
@@ -670,7 +672,7 @@ class KeyChange(_message.Message):
     def __init__(self, key: _Optional[_Union[Key, _Mapping]] = ..., inserted: _Optional[_Iterable[_Union[Row, _Mapping]]] = ..., deleted: _Optional[_Iterable[_Union[Row, _Mapping]]] = ...) -> None: ...
 
 class SubscribeEvent(_message.Message):
-    __slots__ = ("kind", "lsn", "columns", "changes")
+    __slots__ = ("kind", "lsn", "columns", "changes", "upstream_lsn")
     class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         SNAPSHOT: _ClassVar[SubscribeEvent.Kind]
@@ -683,11 +685,13 @@ class SubscribeEvent(_message.Message):
     LSN_FIELD_NUMBER: _ClassVar[int]
     COLUMNS_FIELD_NUMBER: _ClassVar[int]
     CHANGES_FIELD_NUMBER: _ClassVar[int]
+    UPSTREAM_LSN_FIELD_NUMBER: _ClassVar[int]
     kind: SubscribeEvent.Kind
     lsn: int
     columns: _containers.RepeatedScalarFieldContainer[str]
     changes: _containers.RepeatedCompositeFieldContainer[KeyChange]
-    def __init__(self, kind: _Optional[_Union[SubscribeEvent.Kind, str]] = ..., lsn: _Optional[int] = ..., columns: _Optional[_Iterable[str]] = ..., changes: _Optional[_Iterable[_Union[KeyChange, _Mapping]]] = ...) -> None: ...
+    upstream_lsn: str
+    def __init__(self, kind: _Optional[_Union[SubscribeEvent.Kind, str]] = ..., lsn: _Optional[int] = ..., columns: _Optional[_Iterable[str]] = ..., changes: _Optional[_Iterable[_Union[KeyChange, _Mapping]]] = ..., upstream_lsn: _Optional[str] = ...) -> None: ...
 
 class CheckpointRequest(_message.Message):
     __slots__ = ()

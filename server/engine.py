@@ -57,7 +57,6 @@ log = logging.getLogger(__name__)
 logging.getLogger("sqlglot").setLevel(logging.ERROR)
 
 
-
 @dataclass
 class ResultSet:
     """What every statement returns: rows, their column names, and the LSN they hold at."""
@@ -73,6 +72,21 @@ def _test_checkpoint_delay() -> float:
     if os.environ.get("PARTIALFLOW_TEST_HOOKS") != "1":
         return 0.0
     return float(os.environ.get("PARTIALFLOW_TEST_CHECKPOINT_DELAY") or 0)
+
+
+class WriteTicket:
+    """A write the engine submitted (``Engine.submit_many``): ``wait()`` is storage's,
+    and counts the write in ``stats()["writes"]`` once (when it is durable)."""
+
+    def __init__(self, ticket: Any, count: Callable[[], None] | None) -> None:
+        self._ticket, self._count, self.lsn = ticket, count, int(ticket.lsn)
+
+    def wait(self) -> int:
+        lsn = int(self._ticket.wait())
+        count, self._count = self._count, None
+        if count is not None:
+            count()
+        return lsn
 
 
 class Engine:
@@ -235,6 +249,8 @@ class Engine:
                 self.dataflow.drop_view(name)
                 self._recluster()
             else:
+                if self.follower is not None:  # a followed table: refused, naming the upstream
+                    self.follower.check_drop(name)
                 self.dataflow.check_drop_table(name)
                 self.storage.drop_table(name)
                 # A table made again under this name starts empty: its files may load again.
@@ -299,7 +315,7 @@ class Engine:
     def _write(
         self, table: str, inserts: Sequence[Sequence[Any]], deletes: Sequence[Sequence[Any]]
     ) -> int:
-        return self._write_many([TableChange(table, inserts, deletes)], None)
+        return self._submit([TableChange(table, inserts, deletes)], None).wait()
 
     def write_many(
         self,
@@ -316,6 +332,18 @@ class Engine:
 
         Tables followed from an upstream database are read-only here, except to the
         follower itself (``origin="follow"``), which applies the upstream's transactions."""
+        return self.submit_many(changes, upstream_lsn=upstream_lsn, origin=origin).wait()
+
+    def submit_many(
+        self,
+        changes: Sequence[TableChange],
+        *,
+        upstream_lsn: int | None = None,
+        origin: str | None = None,
+    ) -> WriteTicket:
+        """``write_many`` without the wait: checked and given its LSN now (refusals raise
+        here); the ticket's ``wait()`` returns it once durable, or raises why the commit
+        failed. The follower submits several upstream commits at once to share fsyncs."""
         if origin != "follow":
             for change in changes:
                 self.check_writable(change.table)
@@ -323,17 +351,20 @@ class Engine:
             isinstance(c, TableChange) and (c.inserts or c.deletes) for c in changes
         ):
             raise InvalidArgument("transaction: a write needs at least one row")
-        return self._write_many(changes, upstream_lsn)
+        return self._submit(changes, upstream_lsn)
 
-    def _write_many(self, changes: Sequence[TableChange], upstream_lsn: int | None) -> int:
-        lsn = self.storage.write_many(changes, upstream_lsn=upstream_lsn)
+    def _submit(self, changes: Sequence[TableChange], upstream_lsn: int | None) -> WriteTicket:
+        ticket = self.storage.submit_many(changes, upstream_lsn=upstream_lsn)
+        return WriteTicket(ticket, lambda: self._count(changes))
+
+    def _count(self, changes: Sequence[TableChange]) -> None:
+        """A write's figures, once it is durable (a commit that fails counts nothing)."""
         with self._writes_lock:
             self._writes["writes"] += 1
             if len({c.table.lower() for c in changes}) > 1:
                 self._writes["transactions"] += 1
             self._writes["rows_inserted"] += sum(len(c.inserts) for c in changes)
             self._writes["rows_deleted"] += sum(len(c.deletes) for c in changes)
-        return lsn
 
     def load(
         self,

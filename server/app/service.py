@@ -279,9 +279,17 @@ class PartialflowServicer(pb_grpc.PartialflowServicer):
         self._streams = 0
         self._streams_lock = threading.Lock()
 
+    def _upstream(self, message: Any) -> Any:
+        """A ResultSet or SubscribeEvent with the upstream position its LSN is exact at
+        (on a server following a PostgreSQL)."""
+        follower = self.engine.follower
+        if follower is not None:
+            message.upstream_lsn = follower.upstream_text_at(message.lsn)
+        return message
+
     @_rpc
     def Execute(self, request: pb.ExecuteRequest, context: grpc.ServicerContext) -> pb.ResultSet:
-        return result_set(self.engine.execute(request.sql), request.columnar)
+        return self._upstream(result_set(self.engine.execute(request.sql), request.columnar))
 
     @_rpc
     def Write(self, request: pb.WriteRequest, context: grpc.ServicerContext) -> pb.WriteResponse:
@@ -338,7 +346,8 @@ class PartialflowServicer(pb_grpc.PartialflowServicer):
     @_rpc
     def Query(self, request: pb.QueryRequest, context: grpc.ServicerContext) -> pb.ResultSet:
         as_of = check_lsn(request.as_of, "as_of") if request.HasField("as_of") else None
-        return result_set(self.engine.query(request.sql, as_of=as_of), request.columnar)
+        return self._upstream(result_set(self.engine.query(request.sql, as_of=as_of),
+                                         request.columnar))
 
     @_rpc
     def Evict(self, request: pb.EvictRequest, context: grpc.ServicerContext) -> pb.EvictResponse:
@@ -426,7 +435,7 @@ class PartialflowServicer(pb_grpc.PartialflowServicer):
                     raise
                 if event is None:
                     continue
-                yield subscribe_event(event, columns if first else None)
+                yield self._upstream(subscribe_event(event, columns if first else None))
                 first = first and event.kind == "heartbeat"
         finally:
             with self._streams_lock:

@@ -10,71 +10,54 @@ read-only in the engine. Then a thread runs sessions until ``close``:
    the upstream LSN (``_snapshot``).
 2. ``START_REPLICATION`` from the stored upstream LSN (PostgreSQL starts at the later of
    it and the slot's confirmed position; commits at or below it are skipped here too).
-   Each upstream transaction becomes ONE write carrying its commit's end LSN, and only
-   once that is durable is the LSN acknowledged upstream as flushed.
+   Each upstream transaction becomes ONE write carrying its commit's end LSN, submitted
+   without waiting for the one before (``inflight``: they share fsyncs); only once it is
+   durable, in commit order, is the LSN acknowledged upstream as flushed and do readers
+   waiting for it wake (``position``).
 3. Any error (upstream down or restarting, the slot lost) ends the session; the next one
    starts after a backoff (0.5 s doubling to 10 s). Reads are served all along, exact at
    the last applied commit.
-
-Idle: between transactions, the position the walsender reports (keepalives, asked for
-every second) is acknowledged too, so writes to other databases never make the slot grow.
+Idle, the walsender's position (keepalives) is acknowledged too: other databases' writes
+never make the slot grow.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import select
 import threading
 import time
 import uuid
-from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
-from partialflow.server.errors import DeadlineExceeded, FailedPrecondition
+from partialflow.server.errors import FailedPrecondition
+from partialflow.server.follow import pgoutput as po
 from partialflow.server.follow.changes import Inconsistent, Shadow, TableTxn, multiset_diff
 from partialflow.server.follow.copy import copy_tables
-from partialflow.server.follow.lsn import format_lsn
-from partialflow.server.follow.pgoutput import (
-    Begin,
-    Commit,
-    Delete,
-    Insert,
-    Relation,
-    Truncate,
-    Update,
-    decode,
-)
+from partialflow.server.follow.inflight import Entry, InFlight
+from partialflow.server.follow.lsn import format_lsn, parse_lsn
+from partialflow.server.follow.position import Position
+from partialflow.server.follow.state import load_state, redact, save_state
 from partialflow.server.follow.typemap import (
     RowDecoder,
     UpstreamTable,
-    map_table,
     read_tables,
+    relation_check,
     same_shape,
 )
 from partialflow.server.storage.record import TableChange
 
 log = logging.getLogger(__name__)
 
-STATE_FILE = "follow.json"
 # Both sessions print dates and times alike, whatever the upstream's defaults.
 SESSION_OPTIONS = "-c TimeZone=UTC -c DateStyle=ISO -c IntervalStyle=postgres"
 BACKOFF_MIN, BACKOFF_MAX = 0.5, 10.0
-
-
-def redact(url: str) -> str:
-    """The URL without its password (for logs, status and messages)."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{parts.username}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
+# Upstream commits submitted here and not yet durable, at most (1: one at a time).
+IN_FLIGHT = int(os.environ.get("PARTIALFLOW_FOLLOW_IN_FLIGHT") or 16)
 
 
 class Follower:
@@ -87,7 +70,7 @@ class Follower:
         self.name = redact(url)
         self.wanted = [t.strip() for t in tables or () if t.strip()] or None
         self._dir = Path(engine.config.data_dir)
-        state = self._load_state()
+        state = load_state(self._dir)
         if state and state.get("upstream") != self.name:
             raise FailedPrecondition(
                 f"the data directory follows {state.get('upstream')}, not {self.name}; "
@@ -101,21 +84,19 @@ class Follower:
         self._by_oid: dict[int, str] = {}
         self._decoders: dict[str, RowDecoder] = {}
         self._shadows: dict[str, Shadow] = {}
-        self._cv = threading.Condition()
+        self._lock = threading.Lock()  # _status
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._waiters = 0
+        # The last upstream commit durable here; submitted here (maybe not yet durable);
+        # acknowledged upstream.
         self.applied: int | None = engine.storage.upstream_lsn
-        self._caught_up = self.applied or 0
-        self._last_write_lsn = int(engine.storage.last_lsn)
-        self._history: list[tuple[int, int]] = []  # (our LSN, upstream end LSN), ascending
-        if self.applied is not None:
-            self._history.append((self._last_write_lsn, self.applied))
-        self._status: dict[str, Any] = {
-            "state": "starting", "error": "", "rows_applied": 0, "transactions_applied": 0,
-            "resnapshots": 0, "retries": 0, "lag_seconds": 0.0, "server_lsn": 0,
-            "slot_status": "", "copy": "", "last_commit_time": "",
-        }
+        self._submitted = self._flushed = self._acked = self.applied or 0
+        self.pos = Position(self.applied, int(engine.storage.last_lsn))
+        self._pipe: InFlight | None = None
+        self._status: dict[str, Any] = dict(
+            state="starting", error="", rows_applied=0, transactions_applied=0, resnapshots=0,
+            retries=0, lag_seconds=0.0, server_lsn=0, slot_status="", copy="",
+            last_commit_time="")
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -147,17 +128,8 @@ class Follower:
         if self._thread is not None:
             self._thread.join(15)
 
-    def _load_state(self) -> dict[str, Any] | None:
-        try:
-            return dict(json.loads((self._dir / STATE_FILE).read_text()))
-        except FileNotFoundError:
-            return None
-
     def _save_state(self) -> None:
-        path = self._dir / STATE_FILE
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self._state, indent=1))
-        os.replace(tmp, path)
+        save_state(self._dir, self._state)
 
     def _setup(self, con: Any) -> None:
         tables, refused, _oids = read_tables(con, self.wanted)
@@ -174,9 +146,10 @@ class Follower:
                 storage.create_table(table.schema)
                 continue
             if not same_shape(have, table.schema) or have.primary_key != table.key:
-                refused[name] = (
-                    "its columns upstream (" + _cols(table) + ") differ from the table "
-                    "here (" + ", ".join(f"{c.name} {c.type}" for c in have.columns) + ")")
+                cols = [", ".join(f"{c.name} {c.type}" for c in t.columns)
+                        for t in (table.schema, have)]
+                refused[name] = (f"its columns upstream ({cols[0]}) differ from the table "
+                                 f"here ({cols[1]})")
                 del tables[name]
         self.tables, self.refused = tables, refused
         for name in tables:
@@ -204,7 +177,7 @@ class Follower:
                 backoff = min(BACKOFF_MAX, backoff * 2)
 
     def _set(self, **kw: Any) -> None:
-        with self._cv:
+        with self._lock:
             self._status.update(kw)
 
     def _session(self) -> None:
@@ -222,7 +195,7 @@ class Follower:
                 slot = sql.execute(
                     "SELECT wal_status FROM pg_replication_slots WHERE slot_name = %s",
                     (self.slot,)).fetchone()
-                reason = None
+                reason = self._state.get("resnapshot")
                 if self.applied is None:
                     reason = "initial copy"
                 elif slot is None:
@@ -253,7 +226,7 @@ class Follower:
         cur = rconn.cursor()
         cur.execute(f'CREATE_REPLICATION_SLOT "{self.slot}" LOGICAL pgoutput EXPORT_SNAPSHOT')
         _, consistent, snapshot, _ = cur.fetchone()
-        point = _lsn(consistent)
+        point = parse_lsn(consistent)
         with psycopg.connect(self.url, options=SESSION_OPTIONS, connect_timeout=10) as copy:
             copy.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
             copy.read_only = True
@@ -266,14 +239,17 @@ class Follower:
             deletes, inserts = multiset_diff([] if first else self._stored_rows(name), rows)
             if deletes or inserts:
                 changes.append(TableChange(name, inserts, deletes))
-        lsn = self._write(changes, point)
+        lsn = self.pos.last_write_lsn
+        if changes:
+            lsn = self.engine.write_many(changes, upstream_lsn=point, origin="follow")
+            self.pos.submitted(lsn, point)
         for name, rows in copied.items():
             if self.tables[name].key:
                 self._shadows[name] = Shadow(self.tables[name], rows)
-        self.applied = point
-        with self._cv:
-            self._caught_up = max(self._caught_up, point)
-            self._cv.notify_all()
+        self.applied = self._submitted = point
+        self.pos.durable(lsn if changes else None, point)
+        if self._state.pop("resnapshot", None):
+            self._save_state()
         if reason != "initial copy":
             self._status["resnapshots"] += 1
         log.info("copied the upstream tables", extra={
@@ -297,14 +273,28 @@ class Follower:
         cur = rconn.cursor()
         start = self.applied or 0
         cur.start_replication(slot_name=self.slot, decode=False, start_lsn=start,
-                              status_interval=1,
-                              options={"proto_version": "1",
-                                       "publication_names": self.publication})
+                              status_interval=1, options={
+                                  "proto_version": "1", "publication_names": self.publication})
         self._set(state="streaming", error="")
         log.info("streaming from the upstream", extra={
             "upstream": self.name, "slot": self.slot, "from": format_lsn(start)})
+        pipe = self._pipe = InFlight(IN_FLIGHT, self._durable, self._reordered)
+        try:
+            self._receive(cur, sql)
+        finally:
+            pipe.close()  # every submitted commit settled, durable or refused
+            self._submitted = self.applied or 0
+            if pipe.error is not None:
+                # The shadows hold refused commits: read them again from what is stored.
+                self._shadows.clear()
+                self.pos.failed()
+            try:
+                self._ack(cur)
+            except Exception:  # noqa: BLE001 - the connection is gone: the next one resumes
+                pass
+
+    def _receive(self, cur: Any, sql: Any) -> None:
         txn: dict[str, TableTxn] | None = None
-        begin: Begin | None = None
         last_reply = last_poll = 0.0
         while not self._stop.is_set():
             now = time.monotonic()
@@ -315,21 +305,23 @@ class Follower:
             if msg is None:
                 if txn is None:
                     self._idle(cur)
-                pace = 0.02 if self._waiters else 1.0
+                self._ack(cur)
+                pace = 0.02 if self.pos.waiters else 1.0
                 if now - last_reply >= pace:
                     cur.send_feedback(reply=True)
                     last_reply = now
                 select.select([cur], [], [], min(pace, 0.5))
                 continue
-            m = decode(msg.payload)
-            if isinstance(m, Begin):
-                txn, begin = {}, m
-            elif isinstance(m, Commit):
-                self._commit(cur, txn or {}, begin, m)
-                txn, begin = None, None
-            elif isinstance(m, Relation):
+            m = po.decode(msg.payload)
+            if isinstance(m, po.Begin):
+                txn = {}
+            elif isinstance(m, po.Commit):
+                self._commit(txn or {}, m)
+                txn = None
+                self._ack(cur)
+            elif isinstance(m, po.Relation):
                 self._relation(m)
-            elif isinstance(m, (Insert, Update, Delete, Truncate)):
+            elif isinstance(m, (po.Insert, po.Update, po.Delete, po.Truncate)):
                 if txn is None:
                     raise Inconsistent("a change outside a transaction")
                 self._change(txn, m)
@@ -338,62 +330,61 @@ class Follower:
         row = sql.execute(
             "SELECT pg_current_wal_lsn(), (SELECT wal_status FROM pg_replication_slots "
             "WHERE slot_name = %s)", (self.slot,)).fetchone()
-        self._set(server_lsn=_lsn(row[0]), slot_status=row[1] or "missing")
+        self._set(server_lsn=parse_lsn(row[0]), slot_status=row[1] or "missing")
 
     def _idle(self, cur: Any) -> None:
-        """Nothing buffered and no transaction open: all WAL the walsender has read is
-        applied, so its position is ours too (and acknowledged: the slot must not grow
-        with other databases' writes)."""
+        """Nothing buffered, no transaction open and nothing in flight: all WAL the
+        walsender has read is applied, so its position is ours too (and acknowledged: the
+        slot must not grow with other databases' writes)."""
+        assert self._pipe is not None
         end = int(cur.wal_end or 0)
-        if end > self._caught_up:
-            with self._cv:
-                self._caught_up = end
-                self._cv.notify_all()
-            cur.send_feedback(write_lsn=end, flush_lsn=end, apply_lsn=end)
+        if end > self.pos.caught_up and not self._pipe.busy():
+            self.pos.durable(None, end)
+            self._flushed = max(self._flushed, end)
 
-    def _relation(self, m: Relation) -> None:
+    def _ack(self, cur: Any) -> None:
+        """Tell the upstream how far we have got durably (it may recycle WAL up to there)."""
+        done = self._flushed
+        if done > self._acked:
+            cur.send_feedback(write_lsn=done, flush_lsn=done, apply_lsn=done)
+            self._acked = done
+
+    def _relation(self, m: po.Relation) -> None:
         name = m.name if m.namespace == "public" else None
         if name is None or name not in self.tables:
             return
         self._by_oid[m.oid] = name
-        cols = [(c.name, c.type_oid, f"type oid {c.type_oid}") for c in m.columns]
-        table = self.tables[name]
-        keys = [c.name for c in table.schema.columns if c.primary_key]
-        try:
-            now = map_table(name, m.replica_identity, keys, cols)
-        except Exception as err:  # noqa: BLE001 - Refused
-            now = None
-            why = str(err)
-        if now is None or not same_shape(table.schema, now.schema):
-            shape = ", ".join(c.name for c in m.columns)
-            self.refused[name] = (
-                f"its columns changed upstream (now {shape}; followed as {_cols(table)}); "
-                f"not applied from upstream LSN {format_lsn(self.applied or 0)} on: drop the "
-                "views over it and the table here, then restart to copy it again"
-                + (f" ({why})" if now is None else ""))
+        now = relation_check(self.tables[name], m.replica_identity,
+                             [(c.name, c.type_oid) for c in m.columns],
+                             format_lsn(self._submitted))
+        if isinstance(now, str):
+            self.refused[name] = now
             # A new dict, not a del: stats() iterates it from other threads.
             self.tables = {k: v for k, v in self.tables.items() if k != name}
             self.engine.read_only[name.lower()] = self.name
             log.error("followed table changed upstream; no longer applied",
-                      extra={"table": name, "reason": self.refused[name]})
+                      extra={"table": name, "reason": now})
             return
         self._decoders[name] = RowDecoder(now)
 
     def _change(self, txn: dict[str, TableTxn], m: Any) -> None:
-        if isinstance(m, Truncate):
-            for oid in m.relations:
-                name = self._by_oid.get(oid)
-                if name in self.tables:
-                    self._txn(txn, name).truncate()
+        if isinstance(m, po.Truncate):
+            names = [n for n in map(self._by_oid.get, m.relations)
+                     if n is not None and n in self.tables]
+            if any(n not in self._shadows for n in names):
+                assert self._pipe is not None
+                self._pipe.drain()  # a table without key reads its rows: all earlier stored
+            for each in names:
+                self._txn(txn, each).truncate()
             return
         name = self._by_oid.get(m.relation)
         if name is None or name not in self.tables:
             return  # refused (or not ours): never applied with the wrong columns
         t = self._txn(txn, name)
         dec = self._decoders[name]
-        if isinstance(m, Insert):
+        if isinstance(m, po.Insert):
             t.insert(dec(m.new))
-        elif isinstance(m, Update):
+        elif isinstance(m, po.Update):
             old = dec(m.old) if m.old is not None else None
             t.update(dec(m.new), old, m.old_kind == "O")
         else:
@@ -406,10 +397,10 @@ class Follower:
                                      lambda: self._stored_rows(name))
         return t
 
-    def _commit(self, cur: Any, txn: dict[str, TableTxn], begin: Begin | None,
-                m: Commit) -> None:
+    def _commit(self, txn: dict[str, TableTxn], m: po.Commit) -> None:
+        """Submit the upstream transaction as one write; ``_durable`` settles it."""
         end = m.end_lsn
-        if self.applied is not None and end <= self.applied:
+        if end <= self._submitted:
             return  # applied before a restart
         changes = []
         rows = 0
@@ -418,75 +409,71 @@ class Follower:
             if deletes or inserts:
                 changes.append(TableChange(name, inserts, deletes))
                 rows += len(deletes) + len(inserts)
+        assert self._pipe is not None
+        self._pipe.room()  # raises if an earlier commit failed: nothing goes after it
+        ticket = None
         if changes:
-            self._write(changes, end)
+            # Refused (raises) before it takes an LSN; accepted, it is in storage's order,
+            # so the next transaction's changes are computed against the shadows with it.
+            ticket = self.engine.submit_many(changes, upstream_lsn=end, origin="follow")
+            self.pos.submitted(ticket.lsn, end)
             for t in txn.values():
                 t.commit_shadow()
-        self.applied = end
-        lag = (datetime.now(timezone.utc) - m.commit_time).total_seconds()
-        with self._cv:
-            self._caught_up = max(self._caught_up, end)
-            self._status["transactions_applied"] += 1 if changes else 0
-            self._status["rows_applied"] += rows
-            self._status["lag_seconds"] = max(0.0, lag)
-            self._status["last_commit_time"] = m.commit_time.isoformat()
-            self._cv.notify_all()
-        cur.send_feedback(write_lsn=end, flush_lsn=end, apply_lsn=end)
+        self._submitted = end
+        self._pipe.put(Entry(ticket, end, rows, m.commit_time))
 
-    def _write(self, changes: list[Any], upstream_lsn: int) -> int:
-        """The one call of the transactions API: an upstream transaction, one write here."""
-        if not changes:
-            return self._last_write_lsn
-        lsn = self.engine.write_many(changes, upstream_lsn=upstream_lsn, origin="follow")
-        with self._cv:
-            self._last_write_lsn = lsn
-            self._history.append((lsn, upstream_lsn))
-            if len(self._history) > 100_000:
-                del self._history[:50_000]
-        return lsn
+    def _durable(self, e: Entry, lsn: int | None) -> None:
+        """On the in-flight thread, in commit order: ``e`` is durable here."""
+        self.applied = e.end
+        self.pos.durable(lsn, e.end)
+        lag = (datetime.now(timezone.utc) - e.commit_time).total_seconds()
+        with self._lock:
+            self._status["transactions_applied"] += 1 if e.ticket is not None else 0
+            self._status["rows_applied"] += e.rows
+            self._status["lag_seconds"] = max(0.0, lag)
+            self._status["last_commit_time"] = e.commit_time.isoformat()
+        self._flushed = e.end
+
+    def _reordered(self, e: Entry) -> None:
+        """A commit was stored after an earlier one was refused (see ``inflight``)."""
+        reason = (f"upstream commit {format_lsn(e.end)} was stored here after an earlier "
+                  "one was refused")
+        log.error("copying the upstream tables again", extra={"reason": reason})
+        self._state["resnapshot"] = reason
+        self._save_state()
 
     # -- what readers ask -----------------------------------------------------------------
 
-    def wait_for(self, upstream_lsn: int, timeout: float) -> int:
+    def wait_for(self, upstream_lsn: int, timeout: float,
+                 cancelled: Callable[[], bool] | None = None) -> int:
         """Wait until every upstream commit up to ``upstream_lsn`` is applied here; returns
         our LSN a read must be at (or later) to see them. DeadlineExceeded after
-        ``timeout`` seconds."""
-        deadline = time.monotonic() + timeout
-        with self._cv:
-            self._waiters += 1
-            try:
-                while self._caught_up < upstream_lsn:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        raise DeadlineExceeded(
-                            f"upstream LSN {format_lsn(upstream_lsn)} not applied within "
-                            f"{timeout:g} s (applied up to {format_lsn(self._caught_up)}; "
-                            f"follower {self._status['state']}"
-                            + (f": {self._status['error']}" if self._status["error"] else "")
-                            + ")")
-                    self._cv.wait(left)
-                return self._last_write_lsn
-            finally:
-                self._waiters -= 1
+        ``timeout`` seconds; returns early once ``cancelled()`` (the caller checks it)."""
+        def why() -> str:
+            with self._lock:
+                state, error = self._status["state"], self._status["error"]
+            return f"follower {state}" + (f": {error}" if error else "")
+
+        return self.pos.wait_for(upstream_lsn, timeout, why, cancelled)
 
     def upstream_at(self, lsn: int) -> int | None:
         """The upstream position a read exact at our ``lsn`` is exact at, None if unknown."""
-        with self._cv:
-            h = self._history
-            if not h:
-                return self._caught_up or None
-            if lsn >= h[-1][0]:
-                return self._caught_up
-            i = bisect_right(h, (lsn, 1 << 64)) - 1
-            return h[i][1] if i >= 0 else None
+        return self.pos.upstream_at(lsn)
+
+    def check_drop(self, table: str) -> None:
+        """FailedPrecondition for a table being followed (one no longer applied, refused
+        after a change of its columns upstream, may be dropped)."""
+        if table.lower() in {t.lower() for t in self.tables}:
+            raise FailedPrecondition(
+                f"table {table} follows {self.name}: it cannot be dropped here while it is "
+                "followed (follow other tables with --follow-tables and restart)")
 
     # Text-form wrappers, so front ends that may not import this package (the PostgreSQL
     # protocol's, a sibling layer) need nothing but the follower object.
-    def wait_for_text(self, upstream_lsn: str, timeout: float) -> int:
+    def wait_for_text(self, upstream_lsn: str, timeout: float,
+                      cancelled: Callable[[], bool] | None = None) -> int:
         """``wait_for`` of a 'X/Y' position (InvalidArgument for anything else)."""
-        from partialflow.server.follow.lsn import parse_lsn
-
-        return self.wait_for(parse_lsn(upstream_lsn, "min_upstream_lsn"), timeout)
+        return self.wait_for(parse_lsn(upstream_lsn, "min_upstream_lsn"), timeout, cancelled)
 
     def upstream_text_at(self, lsn: int) -> str:
         """``upstream_at`` as 'X/Y' ('' when unknown)."""
@@ -494,14 +481,12 @@ class Follower:
         return format_lsn(at) if at else ""
 
     def stats(self) -> dict[str, Any]:
-        with self._cv:
+        with self._lock:
             s = dict(self._status)
-            caught = self._caught_up
+        caught = self.pos.caught_up
         lag_bytes = max(0, int(s.pop("server_lsn")) - caught) if caught else 0
         return {
-            "upstream": self.name,
-            "slot": self.slot,
-            "tables": sorted(self.tables),
+            "upstream": self.name, "slot": self.slot, "tables": sorted(self.tables),
             "refused": self.refused.copy(),
             "last_applied_upstream_lsn": format_lsn(self.applied) if self.applied else "",
             "caught_up_upstream_lsn": format_lsn(caught) if caught else "",
@@ -509,13 +494,3 @@ class Follower:
             **s,
             "lag_seconds": float(s["lag_seconds"]) if lag_bytes else 0.0,
         }
-
-
-def _lsn(text: str) -> int:
-    from partialflow.server.follow.lsn import parse_lsn
-
-    return parse_lsn(text)
-
-
-def _cols(table: UpstreamTable) -> str:
-    return ", ".join(f"{c.name} {c.type}" for c in table.schema.columns)

@@ -101,6 +101,25 @@ def same_shape(ours: TableSchema, theirs: TableSchema) -> bool:
     return [(c.name, c.type) for c in ours.columns] == [(c.name, c.type) for c in theirs.columns]
 
 
+def relation_check(table: UpstreamTable, replident: str,
+                   columns: Sequence[tuple[str, int]], applied: str) -> UpstreamTable | str:
+    """A Relation message for a followed table: its table as now described (to decode its
+    rows with), or why it is no longer followed (its columns changed upstream; ``applied``
+    is the upstream position up to which it was)."""
+    keys = [c.name for c in table.schema.columns if c.primary_key]
+    try:
+        now = map_table(table.name, replident, keys,
+                        [(n, oid, f"type oid {oid}") for n, oid in columns])
+    except Refused as err:
+        now, why = None, f" ({err})"
+    if now is not None and same_shape(table.schema, now.schema):
+        return now
+    cols = ", ".join(f"{c.name} {c.type}" for c in table.schema.columns)
+    return (f"its columns changed upstream (now {', '.join(n for n, _ in columns)}; followed "
+            f"as {cols}); not applied from upstream LSN {applied} on: drop the views over it "
+            "and the table here, then restart to copy it again" + (why if now is None else ""))
+
+
 def read_tables(con: Any, wanted: Sequence[str] | None) -> tuple[
         dict[str, UpstreamTable], dict[str, str], dict[str, int]]:
     """The public schema's tables (or ``wanted``) through a psycopg 3 connection: the

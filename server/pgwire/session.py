@@ -118,7 +118,9 @@ class Session(Context):
                 raise PgError("55000", "partialflow.min_upstream_lsn: this server follows "
                               "no PostgreSQL (serve --follow URL)")
             floor = max(floor, follower.wait_for_text(
-                upstream, self.engine.config.upquery_timeout))
+                upstream, self.engine.config.upquery_timeout, self.cancelled.is_set))
+            if self.cancelled.is_set():  # a CancelRequest ended the wait
+                raise PgError(QUERY_CANCELED, "canceling statement due to user request")
         return floor
 
     def read(self, fn: Callable[[], Any]) -> Any:

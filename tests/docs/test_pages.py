@@ -138,7 +138,7 @@ RUN_BLOCKS = {
     "docs/concepts.md": 3,
     "docs/configuration.md": 1,
     "docs/disk-full.md": 3,
-    "docs/follow-postgres.md": 4,
+    "docs/follow-postgres.md": 5,
     "docs/getting-started.md": 4,
     "docs/index.md": 1,
     "docs/operations.md": 2,

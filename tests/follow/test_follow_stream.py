@@ -188,6 +188,12 @@ def test_column_change_upstream_refuses_the_table_never_applies_wrong_rows(fl):
     # The other tables go on.
     assert our_rows(srv.engine, "SELECT bal FROM acct WHERE id = 300", as_of=lsn) == \
         pg_rows(dsn, "SELECT bal FROM acct WHERE id = 300")
+    # A table no longer applied may be dropped here (to copy it again after a restart).
+    from partialflow.server.errors import NotFound
+
+    srv.client().execute("DROP TABLE shape")
+    with pytest.raises(NotFound):
+        srv.engine.storage.table("shape")
 
 
 def test_writes_to_another_database_do_not_grow_the_slot(fl, pgup):
@@ -272,3 +278,106 @@ def test_status_reports_replication(fl):
                          check=True).stdout
     assert "state: streaming" in out and "upstream: postgresql://" in out
     assert "refused nokey:" in out
+
+
+def test_drop_of_a_followed_table_is_refused(fl):
+    """DROP TABLE of a table being followed is refused, naming the upstream (over gRPC:
+    FAILED_PRECONDITION; over the PostgreSQL protocol: 55000, as writes to it are), and
+    the table stays, still followed."""
+    import psycopg
+
+    from partialflow.client.errors import FailedPrecondition
+    from partialflow.server.app.main import pg_port_of
+
+    srv, dsn = fl
+    client = srv.client()
+    with pytest.raises(FailedPrecondition, match=r"moved follows postgresql://.*cannot be "
+                       r"dropped"):
+        client.execute("DROP TABLE moved")
+    port = pg_port_of(srv.server)
+    with psycopg.connect(f"host=127.0.0.1 port={port} user=t dbname=partialflow",
+                         autocommit=True) as con:
+        with pytest.raises(psycopg.Error) as err:
+            con.execute("DROP TABLE IF EXISTS moved")
+        assert err.value.sqlstate == "55000" and "postgresql://" in str(err.value)
+        with pytest.raises(psycopg.Error) as err:
+            con.execute("INSERT INTO moved VALUES (99998, 1, 1)")
+        assert err.value.sqlstate == "55000"
+    at = pg_exec(dsn, "INSERT INTO moved VALUES (4242, 1, 42)")
+    lsn = catch_up(srv.engine.follower, at)
+    assert our_rows(srv.engine, "SELECT id, acct, amount FROM moved", as_of=lsn) == \
+        pg_rows(dsn, "SELECT id, acct, amount FROM moved")
+
+
+def _pos(text: str) -> int:
+    from partialflow.server.follow import parse_lsn
+
+    return parse_lsn(text)
+
+
+def test_every_answer_says_its_upstream_position(fl):
+    """lookup, lookup_many, query (at the latest LSN and as_of an earlier one) and
+    subscription events carry Result.upstream_lsn: at or past the commit they include,
+    never past the upstream's position when asked, and the rows are PostgreSQL's there."""
+    srv, dsn = fl
+    client = srv.client()
+    client.execute("CREATE VIEW fl_up AS SELECT id, bal FROM acct WHERE id = ?")
+    before = pg_exec(dsn, "UPDATE acct SET bal = 111 WHERE id IN (11, 12)")
+    lsn_before = catch_up(srv.engine.follower, before)
+    at = pg_exec(dsn, "UPDATE acct SET bal = 222 WHERE id IN (11, 12)")
+    many = client.lookup_many("fl_up", [(11,), (12,)], min_upstream_lsn=at)
+    now = _pos(pg_rows(dsn, "SELECT pg_current_wal_insert_lsn()::text")[0][0])
+    for key, got in many.items():
+        assert got.rows == [(key[0], 222)]
+        assert _pos(at) <= _pos(got.upstream_lsn) <= now
+    sql = "SELECT id, bal FROM acct WHERE id IN (11, 12)"
+    latest = client.query(sql)
+    assert sorted(latest.rows) == pg_rows(dsn, sql) == [(11, 222), (12, 222)]
+    assert _pos(at) <= _pos(latest.upstream_lsn)
+    old = client.query(sql, as_of=lsn_before)
+    assert sorted(old.rows) == [(11, 111), (12, 111)]
+    assert _pos(before) <= _pos(old.upstream_lsn) < _pos(at)
+    # Subscriptions: the snapshot and each change say their upstream position.
+    sub = client.subscribe("fl_up", [(11,)])
+    try:
+        events = iter(sub)
+        snap = next(events)
+        assert snap.rows[(11,)] == [(11, 222)] and _pos(snap.upstream_lsn) >= _pos(at)
+        changed = pg_exec(dsn, "UPDATE acct SET bal = 333 WHERE id = 11")
+        deadline = time.monotonic() + 30
+        while True:
+            event = next(events)
+            if type(event).__name__ == "Change":
+                break
+            assert time.monotonic() < deadline, "no change event"
+        assert event.inserted == [(11, 333)] and _pos(event.upstream_lsn) >= _pos(changed)
+        assert sub.upstream_lsn == event.upstream_lsn
+    finally:
+        sub.close()
+
+
+def test_min_upstream_lsn_wait_over_pgwire_ends_on_cancel(fl):
+    """A PostgreSQL-protocol read waiting for an upstream position that is far off ends
+    at once on a CancelRequest with 57014 (not at the read's deadline)."""
+    import psycopg
+
+    from partialflow.server.app.main import pg_port_of
+
+    srv, _ = fl
+    srv.client().execute("CREATE VIEW fl_cancel AS SELECT id, bal FROM acct WHERE id = ?")
+    port = pg_port_of(srv.server)
+    with psycopg.connect(f"host=127.0.0.1 port={port} user=t dbname=partialflow",
+                         autocommit=True) as con:
+        con.execute("SET partialflow.min_upstream_lsn = 'FF/0'")  # never reached here
+        # cancel_safe: libpq's blocking PQcancel holds the GIL, and the server runs in
+        # this process.
+        timer = threading.Timer(0.5, con.cancel_safe)
+        timer.start()
+        try:
+            with pytest.raises(psycopg.errors.QueryCanceled, match="user request"):
+                con.execute("SELECT id, bal FROM fl_cancel WHERE id = 1")
+        finally:
+            timer.cancel()
+        # The session goes on: without the setting, the read answers.
+        con.execute("RESET partialflow.min_upstream_lsn")
+        assert con.execute("SELECT id FROM fl_cancel WHERE id = 1").fetchall() == [(1,)]
