@@ -71,8 +71,14 @@ class Dataflow:
             upquery_timeout=upquery_timeout,
             start_lsn=storage.last_lsn,
             clock=clock,
+            index_prefetch=index_prefetch,
+            checkpointer=None if checkpoints is None else lambda host: Checkpointer(
+                host, checkpoints, interval=checkpoint_interval,
+                table_ids=storage.table_ids, clock=clock),
+            subscriptions=SubscriptionManager,
         )
-        self.executor.fills.prefetcher.enabled = index_prefetch
+        assert self.executor.subscriptions is not None
+        self.subscriptions = self.executor.subscriptions
         self.memory_limit = memory_limit
         self.upquery_timeout = upquery_timeout
         self.views = ViewCatalog(storage, self.graph, self.executor,
@@ -81,13 +87,7 @@ class Dataflow:
         # Called for every key a lookup served (rows as returned), on the reading thread.
         # For the background verifier; keep them cheap.
         self.read_observers: list[ReadObserver] = []
-        if checkpoints is not None:
-            self.executor.checkpointer = Checkpointer(
-                self.executor, checkpoints, interval=checkpoint_interval,
-                table_ids=storage.table_ids, clock=clock,
-            )
         executor = self.executor
-        self.subscriptions = executor.subscriptions = SubscriptionManager(executor)
         storage.subscribe(lambda rec: executor.submit(Write(rec)))
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -194,7 +194,7 @@ class Dataflow:
         """Check the keys and start a read of them (it may wait for fills: see ``Read``).
         Everything is checked before anything is queued."""
         reader, checked = self._checked(view, keys)
-        return Read(self.executor, reader, checked)
+        return Read(self.executor, self.executor.publisher, reader, checked)
 
     def _checked(self, view: str, keys: list[Any]) -> tuple[Reader, list[Row]]:
         """The view's reader and its keys, each checked against the view's parameters.
@@ -221,7 +221,7 @@ class Dataflow:
         ex = self.executor
         if min_lsn:
             ex.wait_for(min_lsn, deadline)
-        read = Read(ex, reader, checked, floor=min_lsn or 0).start()
+        read = Read(ex, ex.publisher, reader, checked, floor=min_lsn or 0).start()
         while read.waiter is not None:
             if not ex.wait_event(read.waiter.event, max(0.0, deadline - time.monotonic())):
                 raise DeadlineExceeded(

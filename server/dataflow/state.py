@@ -499,26 +499,3 @@ def _same(key: Row) -> Row:
 def _stored_row_size(row: Row, sign: int) -> int | None:
     """A written row's bytes, if it is stored (an insert); see ``State._sample``."""
     return row_size(row) if sign > 0 else None
-
-
-class StateAccess:
-    """The read-only state an operator sees (operators/base.py StateView), for one node.
-
-    ``own_bucket``: a grouped state being built in Python (a derivation), read instead of
-    the node's own state."""
-
-    __slots__ = ("node", "own_bucket")
-
-    def __init__(self, node: Node, own_bucket: Bucket | None = None) -> None:
-        self.node = node
-        self.own_bucket = own_bucket
-
-    def lookup(self, side: int, key: Row) -> list[Row] | None:
-        return self.node.sides[side].rows_at(key)
-
-    def own(self, group: Row) -> Any | None:
-        if self.own_bucket is not None:
-            return self.own_bucket.get(group)
-        st = self.node.own
-        assert st is not None
-        return st.entry(group)

@@ -192,7 +192,6 @@ class SubscriptionManager:
         self._dropped: list[Subscription] = []
         self.packet_lsn = 0  # the LSN of the last packet end (under the lock)
         self.pins = Pins(executor, self.by_key)
-        executor.evictor.depends = self.pins.depends
         self.deferred: dict[tuple[State, Row], float] = {}  # hole -> when first deferred
         # Subscribed keys a fill landed on in this packet: their held updates replay.
         self._replaying: dict[tuple[State, Row], None] = {}
