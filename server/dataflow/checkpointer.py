@@ -6,7 +6,7 @@ them as holes). A checkpoint is captured over several packets, a fuzzy copy made
 its last one:
 
 1. *start* (a boundary B0): take each state's changes since the last checkpoint (states
-   track them: ``State.take_changes``), or all its filled keys for a full checkpoint or a
+   track them: ``ChangeLog.take``), or all its filled keys for a full checkpoint or a
    state never captured; that is the work list.
 2. *steps* (each later boundary, a few milliseconds each): copy part of the work list, by
    pickling it at once, so later packets can't change what was copied.
@@ -120,14 +120,14 @@ class Checkpointer:
         states in ``restored`` (sids) are in the checkpoint chain already."""
         self.tracking = True
         for st in self.ex.live_states():
-            st.track_changes()
-            st.fresh = st.sid not in restored
+            st.changelog.track()
+            st.changelog.fresh = st.sid not in restored
         self._need_full = self.store.head is None
 
     def registered(self, states: list[State]) -> None:
         if self.tracking:
             for st in states:
-                st.track_changes()
+                st.changelog.track()
 
     def signature(self, st: State) -> str:
         sig = self._sigs.get(st.sid)
@@ -171,9 +171,9 @@ class Checkpointer:
         self.store.begin(self._seq)
         todo: deque[Work] = deque()
         for st in self._states():
-            fks, iks = st.take_changes()
-            if st.fresh or self._full:
-                st.fresh = False
+            fks, iks = st.changelog.take()
+            if st.changelog.fresh or self._full:
+                st.changelog.fresh = False
                 self._record(st, ("R",))
                 todo.extend((st, fk, None) for fk in st.filled_keys())
             else:
@@ -212,9 +212,9 @@ class Checkpointer:
 
     def _final_work(self) -> Iterator[Work]:
         for st in self._states():
-            fks, iks = st.take_changes()
-            if st.fresh:  # created during this checkpoint
-                st.fresh = False
+            fks, iks = st.changelog.take()
+            if st.changelog.fresh:  # created during this checkpoint
+                st.changelog.fresh = False
                 self._record(st, ("R",))
                 yield from ((st, fk, None) for fk in st.filled_keys())
             else:

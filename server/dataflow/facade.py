@@ -24,6 +24,7 @@ from partialflow.server.dataflow.recovery import recover
 from partialflow.server.dataflow.resume import rows_as_of
 from partialflow.server.dataflow.runner import UpqueryRunner
 from partialflow.server.dataflow.state import State
+from partialflow.server.dataflow.stats import DataflowStats, ViewStats
 from partialflow.server.dataflow.subscriptions import (
     DEFAULT_MAX_BUFFERED,
     Subscription,
@@ -315,38 +316,42 @@ class Dataflow:
         with self.executor.lock:
             return self.graph.clustering()
 
-    def stats(self) -> dict:
+    def stats(self) -> DataflowStats:
+        """The dataflow's figures now (``DataflowStats.as_dict``: as the stats RPC shows
+        them)."""
         ex = self.executor
         with ex.lock:
             ex.account_reads()
             views = {}
             for name, reader in self.graph.readers.items():
                 c = ex.stats.view(name)
-                views[name] = {
-                    "keys_filled": reader.state.keys_filled,
-                    "hits": c["hits"],
-                    "misses": c["misses"],
-                    "upqueries": c["upqueries"],
-                    "evictions": c["evictions"],
-                    "memory_bytes": sum(st.memory_bytes for st in reader.states()),
-                }
+                views[name] = ViewStats(
+                    keys_filled=reader.state.keys_filled,
+                    hits=c["hits"],
+                    misses=c["misses"],
+                    upqueries=c["upqueries"],
+                    evictions=c["evictions"],
+                    memory_bytes=sum(st.memory_bytes for st in reader.states()),
+                )
             ev = ex.evictor
-            return {
-                "lsn": ex.applied_lsn,
-                "memory_limit": self.memory_limit or 0,
-                "memory_bytes": ev.partial_bytes + ev.full_bytes,
-                "partial_bytes": ev.partial_bytes,
-                "full_bytes": ev.full_bytes,
-                "views": views,
-                "upquery_ms": ex.stats.upquery_percentiles(),
-                "spark_jobs": self.runner.jobs,
+            subs = self.subscriptions.stats()
+            return DataflowStats(
+                applied_lsn=ex.applied_lsn,
+                memory_limit=self.memory_limit or 0,
+                memory_bytes=ev.partial_bytes + ev.full_bytes,
+                partial_bytes=ev.partial_bytes,
+                full_bytes=ev.full_bytes,
+                views=views,
+                upquery_ms=ex.stats.upquery_percentiles(),
+                spark_jobs=self.runner.jobs,
                 # The runner's own figures (the Spark runner: per-upquery footprint on the
                 # base segments, a footer estimate; index fill batches).
-                **self.runner.stats(),
-                "fills_in_flight": len(ex.fills.active),
-                "state_anomalies": sum(st.anomalies for st in ev.states.values()),
-                **self.subscriptions.stats(),
-                **dict(ex.stats.counters),
-                **({"checkpoint": ex.checkpointer.stats()} if ex.checkpointer else {}),
-            }
+                runner=self.runner.stats(),
+                fills_in_flight=len(ex.fills.active),
+                state_anomalies=sum(st.anomalies for st in ev.states.values()),
+                subscriptions=subs["subscriptions"],
+                subscribed_keys=subs["subscribed_keys"],
+                counters=dict(ex.stats.counters),
+                checkpoint=ex.checkpointer.stats() if ex.checkpointer else None,
+            )
 
