@@ -510,9 +510,10 @@ class Engine:
         ``memory_limit``, ``storage``, ``writes`` (writes, rows, bulk loads) and ``spark``
         (up or down since when, restarts: ``SparkSupervisor.stats``)."""
         result: dict[str, Any] = {"views": {}}
-        result.update(self.dataflow.stats())
+        df = self.dataflow.stats()
+        result.update(df.as_dict())
         # ``lsn`` is the last durable write; ``applied_lsn`` how far the views have got.
-        result["applied_lsn"] = result.get("lsn", self.storage.last_lsn)
+        result["applied_lsn"] = df.applied_lsn
         result["lsn"] = self.storage.last_lsn
         result["memory_limit"] = self.config.memory_limit
         result["storage"] = self.storage.stats()

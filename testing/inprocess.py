@@ -60,8 +60,8 @@ class InProcessServer:
     def view_counters(self, view: str) -> dict[str, int]:
         """A view's hits, misses and upqueries (lock-free hits are drained first)."""
         assert self.engine is not None, "not started"
-        c = self.engine.dataflow.stats()["views"][view]
-        return {"hits": c["hits"], "misses": c["misses"], "upqueries": c["upqueries"]}
+        c = self.engine.dataflow.stats().views[view]
+        return {"hits": c.hits, "misses": c.misses, "upqueries": c.upqueries}
 
     def __enter__(self) -> InProcessServer:
         return self.start()

@@ -6,7 +6,7 @@ them as holes). A checkpoint is captured over several packets, a fuzzy copy made
 its last one:
 
 1. *start* (a boundary B0): take each state's changes since the last checkpoint (states
-   track them: ``State.take_changes``), or all its filled keys for a full checkpoint or a
+   track them: ``ChangeLog.take``), or all its filled keys for a full checkpoint or a
    state never captured; that is the work list.
 2. *steps* (each later boundary, a few milliseconds each): copy part of the work list, by
    pickling it at once, so later packets can't change what was copied.
@@ -28,15 +28,14 @@ import time
 from collections import deque
 from collections.abc import Callable, Hashable, Iterator
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from partialflow.operators.base import Row
 from partialflow.server.checkpoint import CheckpointStore, Manifest, catalog_version
-from partialflow.server.dataflow.packets import Tick
+from partialflow.server.dataflow.packets import Packet, Tick
 from partialflow.server.dataflow.state import State
 
 if TYPE_CHECKING:
-    from partialflow.server.dataflow.executor import Executor
     from partialflow.server.dataflow.graph import Node
 
 log = logging.getLogger("partialflow.checkpoint")
@@ -71,10 +70,21 @@ def _node_key(n: Node, table_ids: dict[str, int]) -> Hashable:
     return (sig[0], parents, sig[2])
 
 
+class CheckpointHost(Protocol):
+    """What the checkpointer needs from the executor."""
+
+    @property
+    def applied_lsn(self) -> int: ...
+    def submit(self, packet: Packet) -> None: ...
+    def has_queued(self) -> bool: ...
+    def live_states(self) -> list[State]: ...
+    def view_sqls(self) -> list[tuple[str, str]]: ...
+
+
 class Checkpointer:
     """Runs on the executor thread (``after_packet``), except ``request``/``stats``."""
 
-    def __init__(self, executor: Executor, store: CheckpointStore, *, interval: float,
+    def __init__(self, executor: CheckpointHost, store: CheckpointStore, *, interval: float,
                  table_ids: Callable[[], dict[str, int]],
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.ex = executor
@@ -109,15 +119,15 @@ class Checkpointer:
         """From now on every state records its changes (recovery is over restoring);
         states in ``restored`` (sids) are in the checkpoint chain already."""
         self.tracking = True
-        for st in self.ex.evictor.states.values():
-            st.track_changes()
-            st.fresh = st.sid not in restored
+        for st in self.ex.live_states():
+            st.changelog.track()
+            st.changelog.fresh = st.sid not in restored
         self._need_full = self.store.head is None
 
     def registered(self, states: list[State]) -> None:
         if self.tracking:
             for st in states:
-                st.track_changes()
+                st.changelog.track()
 
     def signature(self, st: State) -> str:
         sig = self._sigs.get(st.sid)
@@ -161,9 +171,9 @@ class Checkpointer:
         self.store.begin(self._seq)
         todo: deque[Work] = deque()
         for st in self._states():
-            fks, iks = st.take_changes()
-            if st.fresh or self._full:
-                st.fresh = False
+            fks, iks = st.changelog.take()
+            if st.changelog.fresh or self._full:
+                st.changelog.fresh = False
                 self._record(st, ("R",))
                 todo.extend((st, fk, None) for fk in st.filled_keys())
             else:
@@ -190,7 +200,7 @@ class Checkpointer:
         self._work = None
         tables = self._tables
         states = self._states()
-        views = [(r.name, r.sql) for r in self.ex.graph.readers.values()]
+        views = self.ex.view_sqls()
         template = Manifest(
             seq=self._seq, lsn=self.ex.applied_lsn, kind="full" if self._full else "incremental",
             files=[], views=views, tables=tables,
@@ -202,9 +212,9 @@ class Checkpointer:
 
     def _final_work(self) -> Iterator[Work]:
         for st in self._states():
-            fks, iks = st.take_changes()
-            if st.fresh:  # created during this checkpoint
-                st.fresh = False
+            fks, iks = st.changelog.take()
+            if st.changelog.fresh:  # created during this checkpoint
+                st.changelog.fresh = False
                 self._record(st, ("R",))
                 yield from ((st, fk, None) for fk in st.filled_keys())
             else:
@@ -250,7 +260,7 @@ class Checkpointer:
 
     # -- copying ----------------------------------------------------------------------------
     def _states(self) -> list[State]:
-        return sorted(self.ex.evictor.states.values(), key=lambda s: s.sid)
+        return sorted(self.ex.live_states(), key=lambda s: s.sid)
 
     def _copy(self, todo: Iterator[Work] | deque[Work], final: bool) -> Iterator[None]:
         """Copy the work list into records; yields between pieces (``final``: the caller

@@ -44,7 +44,8 @@ from partialflow.server.dataflow.reads import present, visible
 
 if TYPE_CHECKING:
     from partialflow.server.dataflow.state import State
-    from partialflow.server.dataflow.subscriptions import Subscription, SubscriptionManager
+    from partialflow.server.dataflow.subscription import Subscription
+    from partialflow.server.dataflow.subscriptions import SubscriptionManager
     from partialflow.server.sql.planner import ViewPlan
 
 NONE = object()  # no change pending for a key (a subscription's ``pending``)

@@ -34,11 +34,15 @@ log = logging.getLogger("partialflow.executor")
 
 
 class Evictor:
-    def __init__(self, memory_limit: int | None, stats: Stats, publisher: Publisher) -> None:
+    """``fills``: cancels the fill of a pending key evicted; ``depends``: whether a key
+    not pinned is kept all the same (see ``depends`` below)."""
+
+    def __init__(self, memory_limit: int | None, stats: Stats, publisher: Publisher,
+                 fills: FillCoordinator, depends: Callable[[State, Row], bool]) -> None:
         self.memory_limit = memory_limit
         self.stats = stats
         self.publisher = publisher
-        self.fills: FillCoordinator | None = None  # wired by the executor (cancelling)
+        self.fills = fills
         self.states: dict[int, State] = {}
         # Filled partial keys (sid, fill key), least recently used first. Recency is what
         # readers do: a fill or a read hit makes a key recent, a write that changes it does
@@ -51,7 +55,7 @@ class Evictor:
         self.pins: dict[tuple[int, Row], int] = {}
         # Keys pinned because of what they are joined into now (subscriptions.py: a join
         # index key a subscribed key's rows come through). Asked per key at eviction.
-        self.depends: Callable[[State, Row], bool] | None = None
+        self.depends = depends
 
     # -- registry ----------------------------------------------------------------------
     def register(self, states: list[State]) -> None:
@@ -137,7 +141,7 @@ class Evictor:
             (sid, fk), _ = self._lru.popitem()  # least recently used
             st = self.states.get(sid)
             if st is not None and (_pinned(st, fk) or (sid, fk) in self.pins
-                                   or (self.depends is not None and self.depends(st, fk))):
+                                   or self.depends(st, fk)):
                 pinned.append((sid, fk))
                 continue
             if st is not None:
@@ -163,7 +167,6 @@ class Evictor:
                 self.stats.count_view(v, "evictions")
         fill = st.pending_fill(fk)
         if fill is not None:
-            assert self.fills is not None
             self.fills.cancel(fill, st, fk)
         for d in st.dependents:
             freed += self.evict(d, fk)

@@ -5,19 +5,19 @@ misses to fill, evictions and graph changes — are processed strictly one at a 
 every state changes at well-defined LSN boundaries. The ordering rules (docs/concepts.md,
 "Ordering"; docs/architecture.md lists each with its test), and where they live:
 
-* an update that meets a **hole** is dropped there (``_apply_batch``, ``_process``);
+* an update that meets a **hole** is dropped there (propagate.py);
 * a join update whose lookup misses an evict-on-miss index is held by an *index fill* of
   that key, and the downstream keys it reaches wait for it (``joinmiss.py``, ``gating.py``);
 * an update that meets a **pending** key with LSN > the fill's snapshot V is held by the
   fill (same places); when the reply lands, the fill's states are filled bottom-up with
   the reply and the held updates are replayed in LSN order (``FillCoordinator.finish``
-  and ``replay``); updates with LSN <= V are already in the reply;
+  and replay.py); updates with LSN <= V are already in the reply;
 * evicting a pending key cancels the fill for that key (the reply is discarded there and
   the read re-issued: ``Evictor.evict`` -> ``FillCoordinator.cancel``);
 * evicting a key evicts every state above that was filled relying on it (``Evictor``).
 
 Readers of filled keys don't queue behind writes: they read what ``Publisher`` published
-at the end of the last packet, or take the lock between packets.
+at the end of the last packet, or ask for filled rows between packets (``read_filled``).
 
 The executor normally runs its own thread (``start()``). Tests may run it *stepped*
 (``start(threaded=False)``): packets then run only when ``run_pending()`` is called, on the
@@ -26,33 +26,22 @@ caller's thread, which makes every interleaving reproducible.
 
 from __future__ import annotations
 
-import heapq
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
-from itertools import groupby
 from typing import TYPE_CHECKING, Any
 
 from partialflow.operators.base import Delta, Row
-from partialflow.operators.grouped import by_group
 from partialflow.server.dataflow.bounds import KeyBounds
-from partialflow.server.dataflow.checkpointer import Checkpointer
 from partialflow.server.dataflow.evictor import Evictor
-from partialflow.server.dataflow.fill import (
-    Captured,
-    CapturedAccess,
-    Held,
-    HeldJoin,
-    HeldNode,
-    HeldRows,
-)
+from partialflow.server.dataflow.fill import Held
 from partialflow.server.dataflow.fills import FillCoordinator
 from partialflow.server.dataflow.gcpause import collection_deferred
-from partialflow.server.dataflow.graph import Graph, Node
+from partialflow.server.dataflow.graph import Graph
 from partialflow.server.dataflow.inbox import Inbox
-from partialflow.server.dataflow.joinmiss import feeds_miss_index, on_join_miss
+from partialflow.server.dataflow.joinmiss import JoinMisses, feeds_miss_index
 from partialflow.server.dataflow.packets import (
     Call,
     FillDone,
@@ -63,28 +52,35 @@ from partialflow.server.dataflow.packets import (
     Write,
     WriteRun,
 )
+from partialflow.server.dataflow.propagate import ChangedKeys, Propagator
 from partialflow.server.dataflow.publish import Publisher
+from partialflow.server.dataflow.replay import Replayer, ReplayScope, Scope
 from partialflow.server.dataflow.runner import UpqueryRunner
-from partialflow.server.dataflow.state import State, StateAccess
+from partialflow.server.dataflow.state import State
 from partialflow.server.dataflow.stats import Stats
 from partialflow.server.errors import DeadlineExceeded
 from partialflow.server.storage.record import TxRecord
 
 if TYPE_CHECKING:
+    from partialflow.server.dataflow.checkpointer import Checkpointer
     from partialflow.server.dataflow.subscriptions import SubscriptionManager
 
 log = logging.getLogger("partialflow.executor")
 
 EXPIRY_EVERY = 0.5  # seconds between deadline checks while packets keep coming
 
-# Deltas arriving at a node: (node, parent index, deltas).
-Items = list[tuple[Node, int, list[Delta]]]
-
 
 class Executor:
+    """``checkpointer`` and ``subscriptions``: factories of the parts that take
+    checkpoints at packet boundaries (checkpointer.py; None: checkpoints are off) and feed
+    change subscriptions (subscriptions.py), given this executor as their port."""
+
     def __init__(self, graph: Graph, runner: UpqueryRunner, *, memory_limit: int | None,
                  upquery_timeout: float, start_lsn: int,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, index_prefetch: bool = True,
+                 checkpointer: Callable[[Executor], Checkpointer] | None = None,
+                 subscriptions: Callable[[Executor], SubscriptionManager] | None = None,
+                 ) -> None:
         self.graph = graph
         self.clock = clock
         self.applied_lsn = start_lsn
@@ -93,21 +89,23 @@ class Executor:
         self.inbox = Inbox(clock)  # packets in; writes queued back to back come out as runs
         self.stats = Stats()
         self.publisher = Publisher(start_lsn)
-        self.evictor = Evictor(memory_limit, self.stats, self.publisher)
-        self.fills = FillCoordinator(
-            self, runner, self.stats, upquery_timeout=upquery_timeout, clock=clock
-        )
-        self.evictor.fills = self.fills
+        self.fills = FillCoordinator(self, runner, self.stats, upquery_timeout=upquery_timeout,
+                                     clock=clock, prefetch=index_prefetch)
+        self.evictor = Evictor(memory_limit, self.stats, self.publisher, self.fills,
+                               depends=self._depends)
         # Ranges that prove holes of evict-on-miss indexes empty (bounds.py).
         self.bounds = KeyBounds(runner, self.submit, self.stats, lambda: self.applied_lsn)
-        # Keys filled or changed by the current packet: accounted (LRU, bytes) and
-        # republished (readers) when it ends. A dict, not a set: states hash by identity,
-        # and the LRU order must not depend on memory addresses (reproducible runs).
-        self._changed: dict[tuple[State, Row], None] = {}
+        # Keys filled or changed by the current packet (propagate.py).
+        self._changed = ChangedKeys()
         # While an index fill's held updates replay: the keys it filled or unblocked, each
         # with the LSN it is exact at; only updates after that LSN change it, and no other
         # filled key (those were filled from snapshots that have the updates already).
-        self._scope: dict[tuple[State, Row], int] | None = None
+        scope = ReplayScope()
+        misses = JoinMisses(self, self.fills, self.bounds, self.evictor, self.stats, scope,
+                            self._changed.add)
+        self.propagator = Propagator(graph, self.stats, self.evictor, scope, self._changed,
+                                     misses.on_miss)
+        self.replayer = Replayer(self.propagator, scope, self._subscriptions)
         # Called on the executor thread as fn(event, fields), e.g. ("upquery", {"view",
         # "ms", "ok"}) when a fill finishes; for metrics. Keep them cheap.
         self.observers: list[Callable[[str, dict], None]] = []
@@ -115,16 +113,24 @@ class Executor:
         self._running = False
         self._last_expiry = clock()
         self._thread: threading.Thread | None = None
-        # Takes checkpoints at packet boundaries (checkpointer.py); None when they are off.
-        self.checkpointer: Checkpointer | None = None
-        # Change subscriptions: fed the reader keys each packet changed (subscriptions.py).
-        # Set by the facade (the manager reads views' plans, above this module).
-        self.subscriptions: SubscriptionManager | None = None
         # While a transaction over several tables propagates: no index fill may start
         # after its first table (it would read the snapshot before the transaction,
         # without its tables applied already; joinmiss.py).
         self.in_tx = False
         self.tx_first = False  # propagating the first table of a transaction (in_tx)
+        # Takes checkpoints at packet boundaries; None when they are off.
+        self.checkpointer = checkpointer(self) if checkpointer is not None else None
+        # Change subscriptions: fed the reader keys each packet changed.
+        self.subscriptions = subscriptions(self) if subscriptions is not None else None
+
+    def _subscriptions(self) -> SubscriptionManager | None:
+        return self.subscriptions
+
+    def _depends(self, st: State, fk: Row) -> bool:
+        """Whether a subscribed key is joined from key ``fk`` of index state ``st`` now
+        (the evictor keeps such keys; pins.py)."""
+        subs = self.subscriptions
+        return subs is not None and subs.pins.depends(st, fk)
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self, threaded: bool = True) -> None:
@@ -258,7 +264,7 @@ class Executor:
                 deltas.extend(zip(rec.rows, rec.diffs, strict=True))
             base = self.graph.bases.get(table)
             if base is not None and base.children:
-                self._propagate([(c, i, deltas) for c, i in base.children], lsn)
+                self.propagator.propagate([(c, i, deltas) for c, i in base.children], lsn)
             self.applied_lsn = lsn
             self.stats.count("writes_applied", len(records))
             if len(records) > 1:
@@ -300,7 +306,7 @@ class Executor:
                 base = self.graph.bases.get(rec.table)
                 if base is not None and base.children:
                     deltas: list[Delta] = list(zip(rec.rows, rec.diffs, strict=True))
-                    self._propagate([(c, i, deltas) for c, i in base.children], tx.lsn)
+                    self.propagator.propagate([(c, i, deltas) for c, i in base.children], tx.lsn)
                     self.tx_first = False
         finally:
             self.in_tx = False
@@ -313,7 +319,7 @@ class Executor:
         issue gathered misses, publish for lock-free readers."""
         self._account_changes()
         self.fills.issue_wanted()
-        if self._changed:  # keys derived from filled state while issuing (no upquery)
+        if self._changed.keys:  # keys derived from filled state while issuing (no upquery)
             self._account_changes()
         self.account_reads()
         subs = self.subscriptions
@@ -324,7 +330,7 @@ class Executor:
             self.checkpointer.after_packet()
 
     def _account_changes(self) -> None:
-        changed, self._changed = self._changed, {}
+        changed = self._changed.take()
         for st, fk in changed:
             if st.node.view is not None:
                 self.publisher.changed(st, fk)
@@ -349,7 +355,7 @@ class Executor:
     # -- what the fill coordinator needs (FillHost) ------------------------------------
     def changed(self, st: State, fk: Row) -> None:
         """``fk`` of ``st`` was filled or changed in this packet."""
-        self._changed[(st, fk)] = None
+        self._changed.add(st, fk)
 
     def observe(self, event: str, fields: dict) -> None:
         for fn in self.observers:
@@ -369,207 +375,50 @@ class Executor:
             subs.landed(st, keys, lsn)
 
     def replay(self, held: list[Held], before: Callable[[int], None] | None = None,
-               scope: dict[tuple[State, Row], int] | None = None) -> None:
-        """Apply a fill's held updates (in LSN order) now that its keys are filled.
-        Consecutive updates held by one node from one input are one batch again, as when
-        they first arrived. ``before(lsn)`` runs before each batch (gates, gating.py);
-        ``scope``: the only filled keys the updates may change (an index fill's)."""
-        self._scope = scope
-        subs = self.subscriptions
-        if subs is not None and subs.active:
-            # Subscriptions learn each LSN's rows of the keys the fill landed on
-            # (subscriptions.replayed): after the last batch of one LSN, before the gates
-            # of the next.
-            last: list[int] = []
+               scope: Scope | None = None) -> None:
+        self.replayer.replay(held, before, scope)
 
-            def marked(lsn: int) -> None:
-                if last and lsn != last[0]:
-                    subs.replayed(last[0])
-                last[:] = [lsn]
-                if before is not None:
-                    before(lsn)
-
-            try:
-                self._replay(held, marked)
-                if last:
-                    subs.replayed(last[0])
-            finally:
-                self._scope = None
-            return
-        try:
-            self._replay(held, before)
-        finally:
-            self._scope = None
-
-    def _replay(self, held: list[Held], before: Callable[[int], None] | None) -> None:
-        for (lsn, kind, _, _), group in groupby(held, key=lambda h: h.batch_key()):
-            if before is not None:
-                before(lsn)
-            items = list(group)
-            if kind == "rows":  # one batch key: one state
-                assert isinstance(items[0], HeldRows)
-                self._apply_batch(items[0].state, [h.delta for h in items], lsn)
-                continue
-            first = items[0]
-            assert isinstance(first, (HeldNode, HeldJoin))
-            captured: Captured | None = None
-            if isinstance(first, HeldJoin):  # one batch key: every item is a HeldJoin
-                captured = {
-                    k: v for h in items if isinstance(h, HeldJoin) for k, v in h.captured.items()
-                }
-            self._propagate([(first.node, first.parent, [h.delta for h in items])], lsn, captured)
-
-    # -- propagation -------------------------------------------------------------------
-    def _propagate(self, items: Items, lsn: int, captured: Captured | None = None) -> None:
-        """Push deltas up the graph in topological order (node ids are topological).
-        ``captured``: the items are held join deltas being replayed (see joinmiss.py)."""
-        inbox: dict[int, list[tuple[int, list[Delta]]]] = {}
-        heap: list[int] = []
-
-        def push(node: Node, pidx: int, deltas: list[Delta]) -> None:
-            if not deltas:
-                return
-            if node.nid not in inbox:
-                inbox[node.nid] = []
-                heapq.heappush(heap, node.nid)
-            inbox[node.nid].append((pidx, deltas))
-
-        replayed = {node.nid for node, _, _ in items} if captured is not None else set()
-        for start, pidx, deltas in items:
-            push(start, pidx, deltas)
-        while heap:
-            nid = heapq.heappop(heap)
-            node = self.graph.nodes.get(nid)
-            batches = inbox.pop(nid)
-            if node is None:
-                continue
-            if nid not in replayed and all(st.holds_nothing()
-                                           for st in self.graph.states_above(node)):
-                # Nothing at or above this node is filled or being filled (a view nobody
-                # reads, say): every delta would be dropped at a hole further up, and a
-                # join miss here would evict only holes. Skip the work.
-                self.stats.count("deltas_skipped_idle", sum(len(d) for _, d in batches))
-                continue
-            for pidx, deltas in sorted(batches, key=lambda b: b[0]):
-                if nid in replayed:
-                    out = self._replay_join(node, pidx, deltas, captured or {}, lsn)
+    # -- what reads need (reads.FilledRows) ----------------------------------------------
+    def read_filled(self, st: State, keys: Iterable[Row], *, count_as: str | None
+                    ) -> tuple[int, dict[Row, list[Row]], set[Row]]:
+        """Between packets (under the lock): the LSN applied, the rows of those of ``keys``
+        (of reader state ``st``) that are filled, and which of the others are blocked.
+        Each filled key's copy is published (publish.py: a big key published stale need
+        not be read under the lock again until it changes). ``count_as``: a view a read's
+        hits and misses are counted for; its hits are made recent in the LRU then."""
+        with self.lock:
+            if count_as is not None:
+                self.account_reads()
+            lsn = self.applied_lsn
+            found: dict[Row, list[Row]] = {}
+            blocked: set[Row] = set()
+            misses = 0
+            for k in keys:
+                if st.is_filled(k):
+                    rows = found[k] = st.bucket_rows(k)
+                    self.publisher.cache(st, k, rows, lsn)
+                    if count_as is not None:
+                        self.evictor.touch(st, k)
+                elif st.is_blocked(k):
+                    blocked.add(k)
+                    misses += 1
                 else:
-                    out = self._process(node, pidx, deltas, lsn)
-                if out:
-                    for child, cidx in node.children:
-                        push(child, cidx, out)
-
-    def _replay_join(
-        self, node: Node, pidx: int, deltas: list[Delta], captured: Captured, lsn: int
-    ) -> list[Delta]:
-        """Compute held join deltas now that the side they missed is filled. The side
-        indexes outside the fill were captured when the deltas were held (they have moved
-        on since), and the delta's own side was updated then, so it is not touched here."""
-        out = node.op.on_input(pidx, deltas, CapturedAccess(node, captured))  # type: ignore[union-attr]
-        for m in out.misses:  # the side was evicted meanwhile: drop, evict what it affects
-            self.stats.count("join_misses")
-            self.evictor.evict_downstream(node, pidx, m.delta[0],
-                                          lambda st, fk: self.changes(st, fk, lsn))
-        return out.deltas
-
-    def changes(self, st: State, fk: Row, lsn: int) -> bool:
-        """Whether an update at ``lsn`` may change key ``fk`` of ``st`` (the rules of
-        ``_apply_batch``). Not a filled key outside the scope of an index fill whose
-        held updates replay, or of it but exact at ``lsn`` already, and not a key pending
-        on a fill whose snapshot has ``lsn``: their contents have the update. (Live
-        writes come after every snapshot and outside replays: every key, for them.)"""
-        if st.is_filled(fk):
-            scope = self._scope
-            return scope is None or lsn > scope.get((st, fk), lsn)
-        fill = st.pending_fill(fk)
-        return fill is None or lsn > fill.lsn
-
-    def _process(self, node: Node, pidx: int, deltas: list[Delta], lsn: int) -> list[Delta]:
-        if node.view is not None:
-            assert node.own is not None
-            self._apply_batch(node.own, deltas, lsn)
-            return []
-        op = node.op
-        assert op is not None
-        st = node.own
-        if st is not None:  # a grouped operator: only groups whose key is filled go in
-            # Split once; every delta of a group shares its fill key, so one check per
-            # group decides for all of them (each group's deltas keep their order).
-            groups = op.split(pidx, deltas)  # type: ignore[attr-defined]
-            scope = self._scope
-            if scope is None and not st.partial_cols and st.is_filled(()):
-                passed = groups  # one fill key, filled: every group goes in
-            else:
-                passed = {}
-                fk_of = st.fill_key_of_index
-                for group, batch in groups.items():
-                    fk = fk_of(group)
-                    if st.is_filled(fk):
-                        if scope is None or lsn > scope.get((st, fk), lsn):
-                            passed[group] = batch
-                    else:
-                        fill = st.pending_fill(fk)
-                        if fill is not None and lsn > fill.lsn:
-                            for d in batch:
-                                fill.hold(HeldNode(lsn, fk, node, pidx, d))
-            if not passed:
-                return []
-            out = op.on_groups(pidx, passed, StateAccess(node))  # type: ignore[attr-defined]
-            # Sizes are the state's own; a grouped state is no reader: nothing to republish.
-            st.set_entries(out.writes, op.entry_size)  # type: ignore[attr-defined]
-            for group in out.exhausted:
-                self.stats.count("exhausted")
-                self.evictor.evict(st, st.fill_key_of_index(group))
-            return out.deltas
-        out = op.on_input(pidx, deltas, StateAccess(node))
-        for m in out.misses:  # joinmiss.py: drop, fill or hold the update
-            on_join_miss(self, node, pidx, m, lsn)
-        own_side = node.sides.get(pidx)
-        if own_side is not None:
-            self._apply_batch(own_side, deltas, lsn)
-        return out.deltas
-
-    def _apply_batch(self, st: State, deltas: list[Delta], lsn: int) -> None:
-        """Apply a rows state's deltas: to a filled key's bucket, held by a pending key's
-        fill (LSN > its snapshot), dropped at a hole. By fill key: one check and one size
-        update per key; keys have separate buckets and each key's deltas keep their order."""
-        if st.holds_nothing():
-            return  # every key is a hole: each delta would be dropped there
-        scope = self._scope
-        # Only a reader's changed keys are listed (to be republished): sizes are the
-        # state's own, and a write does not move a key in the LRU.
-        changed = self._changed if st.node.view is not None else None
-        if scope is None:
-            # Outside a replay, every filled key takes the update: the state applies
-            # them in one call and hands back the rest.
-            if changed is None:
-                by_fk = st.apply_deltas(deltas, None)
-            else:
-                applied: list[Row] = []
-                by_fk = st.apply_deltas(deltas, applied)
-                for fk in applied:
-                    changed[(st, fk)] = None
-            for fk, batch in by_fk.items():
-                fill = st.pending_fill(fk)
-                if fill is not None and lsn > fill.lsn:
-                    for d in batch:
-                        fill.hold(HeldRows(lsn, fk, st, d))
-            return
-        by_fk = by_group(deltas, st.fill_key_of_row)
-        for fk, batch in by_fk.items():
-            bucket = st.bucket(fk)
-            if bucket is not None:
-                if lsn > scope.get((st, fk), lsn):
-                    st.apply_rows(bucket, fk, batch)
-                    if changed is not None:
-                        changed[(st, fk)] = None
-                continue
-            fill = st.pending_fill(fk)
-            if fill is not None and lsn > fill.lsn:
-                for d in batch:
-                    fill.hold(HeldRows(lsn, fk, st, d))
+                    misses += 1
+            if count_as is not None:
+                counters = self.stats.view(count_as)
+                counters["hits"] += len(found)
+                counters["misses"] += misses
+            return lsn, found, blocked
 
     # -- views coming and going (on the executor thread) -------------------------------
+    def live_states(self) -> list[State]:
+        """Every state of the views installed."""
+        return list(self.evictor.states.values())
+
+    def view_sqls(self) -> list[tuple[str, str]]:
+        """(name, SQL) of every view installed."""
+        return [(r.name, r.sql) for r in self.graph.readers.values()]
+
     def register_states(self, states: list[State]) -> None:
         self.evictor.register(states)
         if self.checkpointer is not None:

@@ -24,6 +24,7 @@ from partialflow.server.dataflow.recovery import recover
 from partialflow.server.dataflow.resume import rows_as_of
 from partialflow.server.dataflow.runner import UpqueryRunner
 from partialflow.server.dataflow.state import State
+from partialflow.server.dataflow.stats import DataflowStats, ViewStats
 from partialflow.server.dataflow.subscriptions import (
     DEFAULT_MAX_BUFFERED,
     Subscription,
@@ -71,8 +72,14 @@ class Dataflow:
             upquery_timeout=upquery_timeout,
             start_lsn=storage.last_lsn,
             clock=clock,
+            index_prefetch=index_prefetch,
+            checkpointer=None if checkpoints is None else lambda host: Checkpointer(
+                host, checkpoints, interval=checkpoint_interval,
+                table_ids=storage.table_ids, clock=clock),
+            subscriptions=SubscriptionManager,
         )
-        self.executor.fills.prefetcher.enabled = index_prefetch
+        assert self.executor.subscriptions is not None
+        self.subscriptions = self.executor.subscriptions
         self.memory_limit = memory_limit
         self.upquery_timeout = upquery_timeout
         self.views = ViewCatalog(storage, self.graph, self.executor,
@@ -81,13 +88,7 @@ class Dataflow:
         # Called for every key a lookup served (rows as returned), on the reading thread.
         # For the background verifier; keep them cheap.
         self.read_observers: list[ReadObserver] = []
-        if checkpoints is not None:
-            self.executor.checkpointer = Checkpointer(
-                self.executor, checkpoints, interval=checkpoint_interval,
-                table_ids=storage.table_ids, clock=clock,
-            )
         executor = self.executor
-        self.subscriptions = executor.subscriptions = SubscriptionManager(executor)
         storage.subscribe(lambda rec: executor.submit(Write(rec)))
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -194,7 +195,7 @@ class Dataflow:
         """Check the keys and start a read of them (it may wait for fills: see ``Read``).
         Everything is checked before anything is queued."""
         reader, checked = self._checked(view, keys)
-        return Read(self.executor, reader, checked)
+        return Read(self.executor, self.executor.publisher, reader, checked)
 
     def _checked(self, view: str, keys: list[Any]) -> tuple[Reader, list[Row]]:
         """The view's reader and its keys, each checked against the view's parameters.
@@ -221,7 +222,7 @@ class Dataflow:
         ex = self.executor
         if min_lsn:
             ex.wait_for(min_lsn, deadline)
-        read = Read(ex, reader, checked, floor=min_lsn or 0).start()
+        read = Read(ex, ex.publisher, reader, checked, floor=min_lsn or 0).start()
         while read.waiter is not None:
             if not ex.wait_event(read.waiter.event, max(0.0, deadline - time.monotonic())):
                 raise DeadlineExceeded(
@@ -315,38 +316,42 @@ class Dataflow:
         with self.executor.lock:
             return self.graph.clustering()
 
-    def stats(self) -> dict:
+    def stats(self) -> DataflowStats:
+        """The dataflow's figures now (``DataflowStats.as_dict``: as the stats RPC shows
+        them)."""
         ex = self.executor
         with ex.lock:
             ex.account_reads()
             views = {}
             for name, reader in self.graph.readers.items():
                 c = ex.stats.view(name)
-                views[name] = {
-                    "keys_filled": reader.state.keys_filled,
-                    "hits": c["hits"],
-                    "misses": c["misses"],
-                    "upqueries": c["upqueries"],
-                    "evictions": c["evictions"],
-                    "memory_bytes": sum(st.memory_bytes for st in reader.states()),
-                }
+                views[name] = ViewStats(
+                    keys_filled=reader.state.keys_filled,
+                    hits=c["hits"],
+                    misses=c["misses"],
+                    upqueries=c["upqueries"],
+                    evictions=c["evictions"],
+                    memory_bytes=sum(st.memory_bytes for st in reader.states()),
+                )
             ev = ex.evictor
-            return {
-                "lsn": ex.applied_lsn,
-                "memory_limit": self.memory_limit or 0,
-                "memory_bytes": ev.partial_bytes + ev.full_bytes,
-                "partial_bytes": ev.partial_bytes,
-                "full_bytes": ev.full_bytes,
-                "views": views,
-                "upquery_ms": ex.stats.upquery_percentiles(),
-                "spark_jobs": self.runner.jobs,
+            subs = self.subscriptions.stats()
+            return DataflowStats(
+                applied_lsn=ex.applied_lsn,
+                memory_limit=self.memory_limit or 0,
+                memory_bytes=ev.partial_bytes + ev.full_bytes,
+                partial_bytes=ev.partial_bytes,
+                full_bytes=ev.full_bytes,
+                views=views,
+                upquery_ms=ex.stats.upquery_percentiles(),
+                spark_jobs=self.runner.jobs,
                 # The runner's own figures (the Spark runner: per-upquery footprint on the
                 # base segments, a footer estimate; index fill batches).
-                **self.runner.stats(),
-                "fills_in_flight": len(ex.fills.active),
-                "state_anomalies": sum(st.anomalies for st in ev.states.values()),
-                **self.subscriptions.stats(),
-                **dict(ex.stats.counters),
-                **({"checkpoint": ex.checkpointer.stats()} if ex.checkpointer else {}),
-            }
+                runner=self.runner.stats(),
+                fills_in_flight=len(ex.fills.active),
+                state_anomalies=sum(st.anomalies for st in ev.states.values()),
+                subscriptions=subs["subscriptions"],
+                subscribed_keys=subs["subscribed_keys"],
+                counters=dict(ex.stats.counters),
+                checkpoint=ex.checkpointer.stats() if ex.checkpointer else None,
+            )
 

@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from partialflow.operators.base import Delta, Row
-from partialflow.server.dataflow.state import StateAccess
 
 if TYPE_CHECKING:
     from partialflow.server.dataflow.graph import Node
@@ -175,30 +174,3 @@ class Fill:
 
 def _lsn_of(h: Any) -> int:
     return h.lsn
-
-
-def capture(node: Node, missed: int, key: Row) -> Captured:
-    """The rows of the join's other sides at ``key`` now, for a delta held until side
-    ``missed`` is filled (its replay must not see their later updates)."""
-    out = {}
-    for s, side in node.sides.items():
-        if s != missed:
-            rows = side.rows_at(key)
-            if rows is not None:
-                out[(s, key)] = rows
-    return out
-
-
-class CapturedAccess(StateAccess):
-    """Join lookups for a replayed held delta: captured rows where there are some, the
-    (now filled) index otherwise."""
-
-    __slots__ = ("captured",)
-
-    def __init__(self, node: Node, captured: Captured) -> None:
-        super().__init__(node)
-        self.captured = captured
-
-    def lookup(self, side: int, key: Row) -> list[Row] | None:
-        rows = self.captured.get((side, key))
-        return rows if rows is not None else self.node.sides[side].rows_at(key)

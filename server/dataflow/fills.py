@@ -21,12 +21,13 @@ from typing import Protocol
 
 from partialflow.operators.base import Row
 from partialflow.operators.grouped import by_group
+from partialflow.server.dataflow.access import StateAccess
 from partialflow.server.dataflow.fill import Fill, Held, Waiter
 from partialflow.server.dataflow.gating import Gates, IndexFills
 from partialflow.server.dataflow.packets import FillDone, Packet
 from partialflow.server.dataflow.prefetch import Prefetcher
 from partialflow.server.dataflow.runner import FillResults, UpqueryRunner
-from partialflow.server.dataflow.state import State, StateAccess
+from partialflow.server.dataflow.state import State
 from partialflow.server.dataflow.stats import Stats
 from partialflow.server.errors import DeadlineExceeded, Unavailable
 
@@ -57,7 +58,8 @@ class FillHost(Protocol):
 
 class FillCoordinator:
     def __init__(self, host: FillHost, runner: UpqueryRunner, stats: Stats, *,
-                 upquery_timeout: float, clock: Callable[[], float]) -> None:
+                 upquery_timeout: float, clock: Callable[[], float],
+                 prefetch: bool = True) -> None:
         self.host = host
         self.runner = runner
         self.stats = stats
@@ -70,7 +72,7 @@ class FillCoordinator:
         # Every fill in flight, for deadlines (a dict: ordered by issue, not by address).
         self.active: dict[Fill, None] = {}
         self.index = IndexFills(host, stats, clock)
-        self.prefetcher = Prefetcher(stats)
+        self.prefetcher = Prefetcher(stats, enabled=prefetch)
 
     # -- misses ------------------------------------------------------------------------
     def want(self, st: State, fk: Row, waiter: Waiter | None) -> None:

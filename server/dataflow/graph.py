@@ -341,7 +341,7 @@ def cross_sizes(node: Node) -> str:
     sizes = []
     for s in (0, 1):
         st = node.sides.get(s)
-        rows = sum(st.item_counts().values()) if st is not None else 0
+        rows = sum(st.meter.item_counts().values()) if st is not None else 0
         sizes.append((rows, st.memory_bytes if st is not None else 0))
     (lr, lb), (rr, rb) = sizes
     return (f"left {lr} rows ({lb} B) x right {rr} rows ({rb} B) = {lr * rr} rows out")

@@ -1,6 +1,6 @@
 """A join update whose lookup found a hole in the other side's index: what becomes of it.
 
-The executor hands each miss of a join's output here (``on_join_miss``), in the packet of
+The executor hands each miss of a join's output here (``JoinMisses.on_miss``), in the packet of
 the write at LSN ``lsn``. Outcomes 1 and 2 and the index fill of 3 are for a *live* write
 that missed an evict-on-miss index (LSN after everything applied so far; a replayed held
 update is not live). In order:
@@ -41,15 +41,22 @@ and the subscription's LSN stood still for as long as the transactions went on.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
 
-from partialflow.operators.base import Miss
+from partialflow.operators.base import Miss, Row
+from partialflow.server.dataflow.access import capture
 from partialflow.server.dataflow.downstream import downstream_keys
-from partialflow.server.dataflow.fill import HeldJoin, capture
+from partialflow.server.dataflow.fill import HeldJoin
 
 if TYPE_CHECKING:
-    from partialflow.server.dataflow.executor import Executor
+    from partialflow.server.dataflow.bounds import KeyBounds
+    from partialflow.server.dataflow.evictor import Evictor
+    from partialflow.server.dataflow.fills import FillCoordinator
     from partialflow.server.dataflow.graph import Graph, Node
+    from partialflow.server.dataflow.replay import ReplayScope
+    from partialflow.server.dataflow.state import State
+    from partialflow.server.dataflow.stats import Stats
 
 
 def feeds_miss_index(graph: Graph, table: str) -> bool:
@@ -70,41 +77,74 @@ def feeds_miss_index(graph: Graph, table: str) -> bool:
     return False
 
 
-def on_join_miss(ex: Executor, node: Node, pidx: int, m: Miss, lsn: int) -> None:
-    """Drop, fill or hold join ``node``'s update ``m.delta`` (from input ``pidx``), whose
-    lookup into side ``m.side`` found a hole at ``m.key`` (executor thread)."""
-    side = node.sides[m.side]
-    fk = side.fill_key_of_index(m.key)
-    fill = side.pending_fill(fk)
-    # The keys above the delta could reach: computed once, for whichever needs them.
-    targets = downstream_keys(node, pidx, m.delta[0]) if side.mode == "miss" else None
-    if fill is None and side.mode == "miss" and lsn > ex.applied_lsn and (
-            not ex.in_tx or ex.tx_first):
-        assert targets is not None
-        if not ex.fills.index.reaches_filled(targets):
-            ex.stats.count("join_misses_dropped")
-            return
-        if not ex.in_tx and ex.bounds.fill_if_empty(side, fk, ex.changed):
-            return
-        fill = ex.fills.index_fill(side, fk)
-    if fill is not None and lsn > fill.lsn and (side.mode != "miss" or fill.index):
-        # Hold the computation until the missed side is filled, with the other sides' rows
-        # as they are now (the replay must not see their later updates, which reach the
-        # pending keys on their own). The delta's own side is updated now like any other:
-        # deltas from the other side meanwhile must see this one. In trace mode the
-        # downstream keys are pending in the same fill; an index fill gates them.
-        keys = None
-        if fill.index:
-            keys = targets if targets is not None else downstream_keys(node, pidx, m.delta[0])
-        # A key gated now is exact at the LSN before this one: after a transaction's first
-        # table, a key not gated already may have taken some of the transaction.
-        if keys is None or not ex.in_tx or ex.tx_first or ex.fills.index.covers(fill, keys):
-            fill.hold(HeldJoin(lsn, fk, node, pidx, m.delta, capture(node, m.side, m.key),
-                               m.side))
-            if keys is not None:
-                ex.fills.index.gate(fill, keys, lsn)
-            return
-    ex.stats.count("join_misses")
-    ex.evictor.evict_downstream(node, pidx, m.delta[0], lambda st, k: ex.changes(st, k, lsn))
-    if side.mode == "miss" and fill is None:
-        ex.fills.want(side, fk, None)
+class Position(Protocol):
+    """Where the executor is: the LSN applied, and whether a transaction over several
+    tables is propagating (and its first table)."""
+
+    @property
+    def applied_lsn(self) -> int: ...
+    @property
+    def in_tx(self) -> bool: ...
+    @property
+    def tx_first(self) -> bool: ...
+
+
+class JoinMisses:
+    """Handles the misses of joins' lookups (executor thread), with the fills, key bounds
+    and evictor it acts through; ``changed``: records a key filled in this packet."""
+
+    def __init__(self, position: Position, fills: FillCoordinator, bounds: KeyBounds,
+                 evictor: Evictor, stats: Stats, scope: ReplayScope,
+                 changed: Callable[[State, Row], None]) -> None:
+        self.position = position
+        self.fills = fills
+        self.bounds = bounds
+        self.evictor = evictor
+        self.stats = stats
+        self.scope = scope
+        self.changed = changed
+
+    def on_miss(self, node: Node, pidx: int, m: Miss, lsn: int) -> None:
+        """Drop, fill or hold join ``node``'s update ``m.delta`` (from input ``pidx``),
+        whose lookup into side ``m.side`` found a hole at ``m.key``."""
+        pos, fills = self.position, self.fills
+        side = node.sides[m.side]
+        fk = side.fill_key_of_index(m.key)
+        fill = side.pending_fill(fk)
+        # The keys above the delta could reach: computed once, for whichever needs them.
+        targets = downstream_keys(node, pidx, m.delta[0]) if side.mode == "miss" else None
+        in_tx, tx_first = pos.in_tx, pos.tx_first
+        if fill is None and side.mode == "miss" and lsn > pos.applied_lsn and (
+                not in_tx or tx_first):
+            assert targets is not None
+            if not fills.index.reaches_filled(targets):
+                self.stats.count("join_misses_dropped")
+                return
+            if not in_tx and self.bounds.fill_if_empty(side, fk, self.changed):
+                return
+            fill = fills.index_fill(side, fk)
+        if fill is not None and lsn > fill.lsn and (side.mode != "miss" or fill.index):
+            # Hold the computation until the missed side is filled, with the other sides'
+            # rows as they are now (the replay must not see their later updates, which
+            # reach the pending keys on their own). The delta's own side is updated now
+            # like any other: deltas from the other side meanwhile must see this one. In
+            # trace mode the downstream keys are pending in the same fill; an index fill
+            # gates them.
+            keys = None
+            if fill.index:
+                keys = targets if targets is not None else downstream_keys(node, pidx,
+                                                                           m.delta[0])
+            # A key gated now is exact at the LSN before this one: after a transaction's
+            # first table, a key not gated already may have taken some of the transaction.
+            if keys is None or not in_tx or tx_first or fills.index.covers(fill, keys):
+                fill.hold(HeldJoin(lsn, fk, node, pidx, m.delta,
+                                   capture(node, m.side, m.key), m.side))
+                if keys is not None:
+                    fills.index.gate(fill, keys, lsn)
+                return
+        self.stats.count("join_misses")
+        scope = self.scope
+        self.evictor.evict_downstream(node, pidx, m.delta[0],
+                                      lambda st, k: scope.changes(st, k, lsn))
+        if side.mode == "miss" and fill is None:
+            fills.want(side, fk, None)

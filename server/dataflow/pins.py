@@ -18,13 +18,15 @@ from partialflow.operators.base import Row
 from partialflow.server.dataflow.prefetch import Plan, dependents
 
 if TYPE_CHECKING:
-    from partialflow.server.dataflow.executor import Executor
+    from partialflow.server.dataflow.evictor import Evictor
+    from partialflow.server.dataflow.prefetch import Prefetcher
     from partialflow.server.dataflow.state import State
 
 
 class Pins:
-    def __init__(self, executor: Executor, by_key: dict) -> None:
-        self.ex = executor
+    def __init__(self, evictor: Evictor, prefetcher: Prefetcher, by_key: dict) -> None:
+        self.evictor = evictor
+        self.prefetcher = prefetcher
         self.by_key = by_key  # the manager's (reader state, key) -> subscriptions
         # Index state sid -> (plan, subscribed reader state): how its keys are joined into
         # subscribed keys (prefetch.Plan); rebuilt when the subscribed views change.
@@ -34,7 +36,7 @@ class Pins:
     def pin(self, st: State, fk: Row, delta: int) -> None:
         """Pin (un-pin) ``fk`` of the reader and of every partial state below it with the
         same key (evicting one of those would evict the reader's key with it)."""
-        pins = self.ex.evictor.pins
+        pins = self.evictor.pins
         stack, seen = [st], set()
         while stack:
             s = stack.pop()
@@ -50,9 +52,9 @@ class Pins:
             stack.extend(s.below)
 
     def pinned_bytes(self) -> int:
-        states = self.ex.evictor.states
+        states = self.evictor.states
         total = 0
-        for sid, fk in self.ex.evictor.pins:
+        for sid, fk in self.evictor.pins:
             s = states.get(sid)
             if s is not None and s.mode != "full":
                 total += s.size_of(fk)
@@ -65,7 +67,7 @@ class Pins:
         self._joined_of = states
         joined: dict[int, list[tuple[Plan, State]]] = {}
         for st in states:
-            for plan in self.ex.fills.prefetcher.plans(st):
+            for plan in self.prefetcher.plans(st):
                 joined.setdefault(plan.miss.sid, []).append((plan, st))
         self._joined = joined
 

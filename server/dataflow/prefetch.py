@@ -56,9 +56,9 @@ class Plan:
 
 
 class Prefetcher:
-    def __init__(self, stats: Stats) -> None:
+    def __init__(self, stats: Stats, *, enabled: bool = True) -> None:
         self.stats = stats
-        self.enabled = True
+        self.enabled = enabled
         self._plans: dict[int, list[Plan]] = {}  # downstream state sid -> its plans
 
     def forget(self, states: list[State]) -> None:

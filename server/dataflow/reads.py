@@ -12,19 +12,22 @@ so the blocking facade (``Dataflow.lookup``) and the stepped tests drive the sam
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import chain, repeat
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from partialflow.operators.base import Row
-from partialflow.server.dataflow.executor import Executor
 from partialflow.server.dataflow.fill import Waiter
 from partialflow.server.dataflow.graph import Reader
-from partialflow.server.dataflow.packets import Miss
+from partialflow.server.dataflow.packets import Miss, Packet
 from partialflow.server.errors import InvalidArgument
 from partialflow.server.sql.guards import check_rows
 from partialflow.server.sql.planner import PlanNode, ViewPlan
+
+if TYPE_CHECKING:
+    from partialflow.server.dataflow.publish import Publisher
+    from partialflow.server.dataflow.state import State
 
 MAX_ATTEMPTS = 5  # rounds of misses one read asks for (keys evicted meanwhile are re-asked)
 
@@ -140,6 +143,15 @@ def _fits(ctype: str, value: Any) -> bool:
 
 
 # -- answering -----------------------------------------------------------------------------
+class FilledRows(Protocol):
+    """What a read needs from the executor: filled keys' rows at one LSN (between
+    packets), and a way to ask for misses."""
+
+    def read_filled(self, st: State, keys: Iterable[Row], *, count_as: str | None
+                    ) -> tuple[int, dict[Row, list[Row]], set[Row]]: ...
+    def submit(self, packet: Packet) -> None: ...
+
+
 class Read:
     """One lookup of ``keys`` (checked, distinct order kept) in ``reader``'s view.
 
@@ -147,9 +159,10 @@ class Read:
     ``resume()`` (once ``waiter.event`` is set) takes the filled keys and re-reads every
     key at one LSN, asking again for keys evicted meanwhile. ``done`` then ``answer()``."""
 
-    def __init__(self, executor: Executor, reader: Reader, keys: list[Row],
-                 floor: int = 0) -> None:
+    def __init__(self, executor: FilledRows, publisher: Publisher, reader: Reader,
+                 keys: list[Row], floor: int = 0) -> None:
         self.ex = executor
+        self.publisher = publisher  # what the executor published: read without a lock
         self.reader = reader
         self.keys = keys
         self.floor = floor
@@ -165,9 +178,9 @@ class Read:
         return self.waiter is None
 
     def start(self) -> Read:
-        ex, st = self.ex, self.reader.state
+        pub, st = self.publisher, self.reader.state
         misses: list[Row] = []
-        fast = ex.publisher.read(st, self.keys)
+        fast = pub.read(st, self.keys)
         if fast is not None:
             got, lsn = fast
             keys = self.keys
@@ -175,7 +188,7 @@ class Read:
                 # Every key filled and none has a NULL: the common case of a hot
                 # lookup_many, answered without Python code per key (C-level passes).
                 distinct = dict.fromkeys(keys)
-                ex.publisher.log_reads(st, keys if len(distinct) == len(keys) else
+                pub.log_reads(st, keys if len(distinct) == len(keys) else
                                        list(distinct), True)
                 self.hit_rows = (cast("list[tuple[Row, ...]]", got), lsn)  # no None in got
                 return self
@@ -189,27 +202,20 @@ class Read:
                     hits.append(k)
                 else:
                     misses.append(k)
-            ex.publisher.log_reads(st, hits, True)
-            ex.publisher.log_reads(st, misses, False)
+            pub.log_reads(st, hits, True)
+            pub.log_reads(st, misses, False)
         else:
-            with ex.lock:
-                ex.account_reads()
-                lsn = ex.applied_lsn
-                counters = ex.stats.view(self.reader.name)
-                for k in dict.fromkeys(self.keys):
-                    if any(v is None for v in k):
-                        self.results[k] = ([], lsn)
-                    elif st.is_filled(k):
-                        found = st.bucket_rows(k)
-                        self.results[k] = (found, lsn)
-                        # A big key published stale (publish.py): the reads after this
-                        # one, until it changes, need not take the lock.
-                        ex.publisher.cache(st, k, found, lsn)
-                        ex.evictor.touch(st, k)
-                        counters["hits"] += 1
-                    else:
-                        misses.append(k)
-                counters["misses"] += len(misses)
+            distinct = dict.fromkeys(self.keys)
+            lsn, found, _ = self.ex.read_filled(
+                st, [k for k in distinct if None not in k], count_as=self.reader.name)
+            for k in distinct:
+                filled = found.get(k)
+                if filled is not None:
+                    self.results[k] = (filled, lsn)
+                elif None in k:
+                    self.results[k] = ([], lsn)
+                else:
+                    misses.append(k)
         self._ask(misses)
         return self
 
@@ -230,21 +236,18 @@ class Read:
             self.waiter = None
             raise waiter.error
         self.results.update(waiter.results)
-        st = self.reader.state
         misses = []
-        with self.ex.lock:
-            lsn = self.ex.applied_lsn
-            for k in self.results:
-                if st.is_filled(k):
-                    rows = st.bucket_rows(k)
-                    self.results[k] = (rows, lsn)
-                    self.ex.publisher.cache(st, k, rows, lsn)
-                elif any(v is None for v in k):
-                    self.results[k] = ([], lsn)
-                elif st.is_blocked(k) and self.results[k][1] >= self.floor:
-                    pass  # gated again: its answer stays exact at the LSN it was given
-                else:
-                    misses.append(k)  # evicted meanwhile: ask again
+        lsn, found, blocked = self.ex.read_filled(self.reader.state, self.results, count_as=None)
+        for k in self.results:
+            filled = found.get(k)
+            if filled is not None:
+                self.results[k] = (filled, lsn)
+            elif None in k:
+                self.results[k] = ([], lsn)
+            elif k in blocked and self.results[k][1] >= self.floor:
+                pass  # gated again: its answer stays exact at the LSN it was given
+            else:
+                misses.append(k)  # evicted meanwhile: ask again
         self._ask(misses)
 
     def answer(self) -> list[Answer]:

@@ -79,7 +79,7 @@ def recover(df: Dataflow, views: list[tuple[str, str]], timeout: float) -> list[
         for st, fks in restored.values():
             for fk in fks:
                 if not st.is_filled(fk):
-                    st.mark_changed(fk)
+                    st.changelog.moved(fk)
         _drop_orphans(ex)
 
     ex.call(settle).result()

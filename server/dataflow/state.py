@@ -16,16 +16,16 @@ under its lock; nothing outside this module touches the dicts.
 from __future__ import annotations
 
 import logging
-from collections import Counter
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from itertools import islice
 from typing import TYPE_CHECKING, Any, Literal
 
 from partialflow.operators.base import Row
 from partialflow.operators.grouped import column_getter
 from partialflow.operators.sizes import row_size
 from partialflow.server.dataflow import bags
+from partialflow.server.dataflow.changelog import ChangeLog
+from partialflow.server.dataflow.meter import SizeMeter
 
 if TYPE_CHECKING:
     from partialflow.server.dataflow.fill import Fill
@@ -41,8 +41,6 @@ Mode = Literal["partial", "miss", "full"]
 
 KeyStatus = Literal["hit", "hole", "pending"]
 
-BUCKET_OVERHEAD = 240  # dict + bookkeeping per filled key, measured with sys.getsizeof
-
 # A filled key's contents: index key -> bag (row -> multiplicity) for a rows state,
 # group key -> operator entry for a grouped state. A rows state whose index key is its
 # fill key (a join index or reader keyed by exactly its partial columns) stores the one
@@ -51,19 +49,8 @@ BUCKET_OVERHEAD = 240  # dict + bookkeeping per filled key, measured with sys.ge
 # rows). ``bucket`` hands out what is stored; ``index_entries`` the {index key: bag} view.
 Bucket = dict[Row, Any]
 
-# States are sized by counting: a key's bytes are its rows (a rows state) or groups (a
-# grouped state) times the state's mean size of one, sampled as they are written (one in
-# SAMPLE_EVERY: a row measured as ``row_size``, a group as its entry's ``entry_size``
-# plus its key's), plus the overhead of a bucket per key. Measuring every row and entry
-# was nearly half the cost of storing it; the limit needs totals, not a byte-exact price
-# per item.
-SAMPLE_EVERY = 16
-# The mean is that of the first SAMPLE_WEIGHT samples, then moves 1/SAMPLE_WEIGHT of the
-# way to each new one: it follows the rows as they change (a sample's weight halves
-# after about 44 more).
-SAMPLE_WEIGHT = 64
-
-
+# States are sized by counting (meter.py, ``SizeMeter``) and log what changes for
+# checkpoints and subscriptions (changelog.py, ``ChangeLog``): parts each state owns.
 @dataclass(eq=False)
 class State:
     """One materialization. ``kind`` is "rows" (a bag of rows per index key) or
@@ -85,31 +72,14 @@ class State:
     anomalies: int = 0
     reason: str = ""  # why this mode was chosen (materialize.py; shown by explain)
     _buckets: dict[Row, Bucket] = field(default_factory=dict, repr=False)
-    # Each filled (or blocked) key's rows (a rows state) or groups (a grouped state).
-    _sizes: dict[Row, int] = field(default_factory=dict, repr=False)
-    # The sum of ``_sizes``, kept as they change: the evictor reads every state's total
-    # at each packet's end instead of re-reading the size of each key a write changed.
-    _total: int = field(default=0, repr=False)
-    # The mean size of a row or group sampled (see SAMPLE_EVERY), the samples taken (up
-    # to SAMPLE_WEIGHT) and the rows or groups written until the next sample.
-    _mean: float = field(default=0.0, repr=False)
-    _samples: int = field(default=0, repr=False)
-    _until_sample: int = field(default=0, repr=False)
+    # Each filled (or blocked) key's rows or groups, their total and mean size.
+    meter: SizeMeter = field(default_factory=SizeMeter, repr=False)
     _pending: dict[Row, Fill] = field(default_factory=dict, repr=False)
     # Filled keys blocked on an index fill (fill.py): their buckets, kept aside while the
     # key is pending on that fill.
     _blocked: dict[Row, Bucket] = field(default_factory=dict, repr=False)
-    # What changed since the last checkpoint capture (checkpointer.py), None while
-    # checkpoints are off: fill keys that became filled or stopped being filled, and index
-    # keys (group keys) whose contents changed.
-    _dirty_fk: set[Row] | None = field(default=None, repr=False)
-    _dirty_ik: set[Row] | None = field(default=None, repr=False)
-    # Not yet captured since it was created: its next capture starts from nothing.
-    fresh: bool = True
-    # Keys a subscription watches (subscriptions.py): each one's net change of rows since
-    # ``take_watched``, or None when it must be compared whole (it moved: filled, blocked,
-    # evicted; or the state had an anomaly, whose negative count a read hides).
-    _watched: dict[Row, Counter[Row] | None] = field(default_factory=dict, repr=False)
+    # What changed, for checkpoints and subscriptions.
+    changelog: ChangeLog = field(default_factory=ChangeLog, repr=False)
     # -- keys (set in __post_init__) -------------------------------------------------
     # row -> its fill key; row -> its index key; index key (for a grouped state: group
     # key) -> its fill key.
@@ -136,10 +106,9 @@ class State:
         or the dataflow closed), so the memory is freed now by reference counting."""
         self._buckets.clear()
         self._blocked.clear()
-        self._sizes.clear()
-        self._total = 0
+        self.meter.clear()
         self._pending.clear()
-        self._dirty_fk = self._dirty_ik = None
+        self.changelog.untrack()
 
     # -- hole, pending or filled -------------------------------------------------------
     def lookup(self, fk: Row) -> KeyStatus:
@@ -199,71 +168,29 @@ class State:
         return self.mode != "full" and not (self._buckets or self._pending or self._blocked)
 
     # -- checkpoints -------------------------------------------------------------------
-    def track_changes(self) -> None:
-        """Start recording what changes, for incremental checkpoints."""
-        if self._dirty_fk is None:
-            self._dirty_fk, self._dirty_ik = set(), set()
-
-    def take_changes(self) -> tuple[set[Row], set[Row]]:
-        """(fill keys, index keys) changed since the last call; tracking goes on."""
-        fks, iks = self._dirty_fk or set(), self._dirty_ik or set()
-        if self._dirty_fk is not None:
-            self._dirty_fk, self._dirty_ik = set(), set()
-        return fks, iks
-
     def restore(self, fk: Row, bucket: Bucket) -> None:
         """Make ``fk`` filled with a checkpointed bucket ({index key: bag or entry}:
         recovery, before any update), counted and sampled as if written."""
         if self._rows:
             rows = 0
             for bag in bucket.values():
-                self._sample(bag.items(), _stored_row_size)  # (row, multiplicity)
+                self.meter.sample(bag.items(), _stored_row_size)  # (row, multiplicity)
                 rows += sum(bag.values())
             self._buckets[fk] = bucket.get(fk, {}) if self.flat else bucket
-            self._set_size(fk, rows)
+            self.meter.set_size(fk, rows)
         else:
             self._buckets[fk] = {}
-            self._set_size(fk, 0)
+            self.meter.set_size(fk, 0)
             self.set_entries(bucket, self._entry_size)
-        self._moved(fk)
-
-    def mark_changed(self, fk: Row) -> None:
-        """Record that ``fk`` changed (filled, or not) for the next checkpoint."""
-        self._moved(fk)
-
-    def _moved(self, fk: Row) -> None:
-        if self._dirty_fk is not None:
-            self._dirty_fk.add(fk)
-        if fk in self._watched:
-            self._watched[fk] = None
-
-    # -- subscribed keys -------------------------------------------------------------
-    def watch(self, fk: Row) -> None:
-        """Log the changes of rows key ``fk`` (compared whole at the first take)."""
-        self._watched[fk] = None
-
-    def unwatch(self, fk: Row) -> None:
-        self._watched.pop(fk, None)
-
-    def watched_keys(self) -> list[Row]:
-        return list(self._watched)
-
-    def take_watched(self, fk: Row) -> Counter[Row] | None:
-        """Watched ``fk``'s net change of rows since the last take (row -> count), or
-        None: compare it whole. The log starts again from here."""
-        if fk not in self._watched:
-            return None
-        change = self._watched[fk]
-        self._watched[fk] = Counter() if self.anomalies == 0 else None
-        return change
+        self.changelog.moved(fk)
 
     # -- moving keys (executor thread only) ------------------------------------------
     def fill(self, fk: Row) -> Bucket:
         """Make ``fk`` filled with an empty bucket (the caller loads it); returns it."""
         bucket: Bucket = {}
         self._buckets[fk] = bucket
-        self._set_size(fk, 0)
-        self._moved(fk)
+        self.meter.set_size(fk, 0)
+        self.changelog.moved(fk)
         return bucket
 
     def mark_pending(self, fk: Row, fill: Fill) -> None:
@@ -275,15 +202,15 @@ class State:
         if self._pending.get(fk) is fill:
             del self._pending[fk]
             if self._blocked.pop(fk, None) is not None:
-                self._total -= self._sizes.pop(fk, 0)
-                self._moved(fk)
+                self.meter.drop(fk)
+                self.changelog.moved(fk)
             return True
         return False
 
     def forget_pending(self) -> None:
         for fk in self._blocked:
-            self._total -= self._sizes.pop(fk, 0)
-            self._moved(fk)
+            self.meter.drop(fk)
+            self.changelog.moved(fk)
         self._blocked.clear()
         self._pending.clear()
 
@@ -292,7 +219,7 @@ class State:
         and updates are held by the fill until ``unblock``."""
         self._blocked[fk] = self._buckets.pop(fk)
         self._pending[fk] = fill
-        self._moved(fk)  # a checkpoint records a blocked key as a hole
+        self.changelog.moved(fk)  # a checkpoint records a blocked key as a hole
 
     def unblock(self, fk: Row, fill: Fill) -> bool:
         """``fill`` landed: blocked ``fk`` is filled with its rows again; False if it was
@@ -301,7 +228,7 @@ class State:
             return False
         del self._pending[fk]
         self._buckets[fk] = self._blocked.pop(fk)
-        self._moved(fk)
+        self.changelog.moved(fk)
         return True
 
     def is_blocked(self, fk: Row) -> bool:
@@ -311,12 +238,8 @@ class State:
         """Turn a filled (or blocked) key back into a hole; returns the bytes released."""
         self._buckets.pop(fk, None)
         self._blocked.pop(fk, None)
-        self._moved(fk)
-        if fk not in self._sizes:
-            return 0
-        size = self.size_of(fk)
-        self._total -= self._sizes.pop(fk)
-        return size
+        self.changelog.moved(fk)
+        return self.meter.drop(fk)
 
     # -- rows states -----------------------------------------------------------------
     def apply_row(self, bucket: Bucket, fk: Row, row: Row, sign: int) -> None:
@@ -338,45 +261,21 @@ class State:
     def _apply(self, buckets: dict[Row, Bucket], fk_of: Callable[[Row], Row],
                deltas: list[tuple[Row, int]], applied: list[Row] | None
                ) -> dict[Row, list[tuple[Row, int]]]:
-        self._sample(deltas, _stored_row_size)
-        if self._watched:  # before the deltas go in: whether a key is filled decides
-            bags.log_changes(self._watched, buckets, deltas, fk_of)
+        meter, log = self.meter, self.changelog
+        meter.sample(deltas, _stored_row_size)
+        if log.watched:  # before the deltas go in: whether a key is filled decides
+            bags.log_changes(log.watched, buckets, deltas, fk_of)
         missed, rows, anomalies = bags.apply_deltas(
-            buckets, self._sizes, deltas, fk_of,
-            None if self.flat else self.index_key_of_row, self._dirty_ik, applied)
-        self._total += rows
+            buckets, meter.sizes, deltas, fk_of,
+            None if self.flat else self.index_key_of_row, log.dirty_ik, applied)
+        meter.total += rows
         for row, fk in anomalies:
             self.anomalies += 1
-            if fk in self._watched:
-                self._watched[fk] = None
+            if fk in log.watched:
+                log.watched[fk] = None
             _log.warning("state %s: count of row %r fell below zero (fill key %r)",
                          self.label, row, fk)
         return missed
-
-    def _sample(self, pairs: Collection[tuple[Any, Any]],
-                measure: Callable[[Any, Any], int | None]) -> None:
-        """Take every SAMPLE_EVERY-th of the rows or groups written (``pairs``, the next
-        part of the stream) into the state's mean size of one. ``measure`` gives its
-        bytes, or None for one not stored (a deletion, a group removed): the mean is of
-        what the state holds, and a write takes out old rows before it puts in new ones."""
-        start = self._until_sample
-        if len(pairs) > start:
-            n, mean, taken = self._samples, self._mean, 0
-            for a, b in islice(pairs, start, None, SAMPLE_EVERY):
-                taken += 1
-                size = measure(a, b)
-                if size is not None:
-                    n = min(n + 1, SAMPLE_WEIGHT)
-                    mean += (size - mean) / n
-            self._samples, self._mean = n, mean
-            start += taken * SAMPLE_EVERY
-        self._until_sample = start - len(pairs)
-
-    @property
-    def mean_item_size(self) -> int:
-        """Bytes per row (a rows state) or group (its entry and key), sampled; 0 before
-        any."""
-        return round(self._mean)
 
     def rows_at(self, ik: Row) -> list[Row] | None:
         """The bag of rows at index key ``ik``, or None when its fill key is a hole or
@@ -400,7 +299,7 @@ class State:
     def copy_if_small(self, fk: Row, most: int) -> tuple[Row, ...] | None:
         """A filled rows key's rows as ``bucket_rows`` gives them, or None when it holds
         more than ``most`` (publish.py: too big to copy at every change)."""
-        if self._sizes.get(fk, 0) > most:
+        if self.meter.sizes.get(fk, 0) > most:
             return None
         return tuple(self.bucket_rows(fk))
 
@@ -411,10 +310,11 @@ class State:
 
     def set_entries(self, writes: dict[Row, Any], size_of: Callable[[Any], int]) -> None:
         """Set (None: remove) each group's entry in its filled key; ``size_of`` gives an
-        entry's bytes, for the mean (one write in SAMPLE_EVERY)."""
-        fk_of, buckets, sizes, dirty = (self.fill_key_of_index, self._buckets, self._sizes,
-                                        self._dirty_ik)
-        self._sample(writes.items(), lambda group, entry: None if entry is None
+        entry's bytes, for the mean (one write in meter.SAMPLE_EVERY)."""
+        meter = self.meter
+        fk_of, buckets, sizes, dirty = (self.fill_key_of_index, self._buckets, meter.sizes,
+                                        self.changelog.dirty_ik)
+        meter.sample(writes.items(), lambda group, entry: None if entry is None
                      else size_of(entry) + row_size(group))
         groups = 0
         for group, entry in writes.items():
@@ -430,7 +330,7 @@ class State:
             elif bucket.pop(group, None) is not None:
                 sizes[fk] -= 1
                 groups -= 1
-        self._total += groups
+        meter.total += groups
 
     def entry(self, group: Row) -> Any | None:
         """A group's entry, or None when the group is absent or its key not filled."""
@@ -445,24 +345,15 @@ class State:
         op = self.node.op
         return op.entry_size(entry) if op is not None else 0  # type: ignore[attr-defined]
 
-    # -- sizes -----------------------------------------------------------------------
-    def _set_size(self, fk: Row, items: int) -> None:
-        self._total += items - self._sizes.get(fk, 0)
-        self._sizes[fk] = items
-
+    # -- sizes (the meter's) -------------------------------------------------------------
     def size_of(self, fk: Row) -> int:
         """A filled (or blocked) key's bytes; 0 for any other."""
-        items = self._sizes.get(fk)
-        return 0 if items is None else BUCKET_OVERHEAD + items * self.mean_item_size
+        return self.meter.size_of(fk)
 
     @property
     def memory_bytes(self) -> int:
         """Bytes of every filled and blocked key (kept as they change: O(1))."""
-        return BUCKET_OVERHEAD * len(self._sizes) + self._total * self.mean_item_size
-
-    def recounted_bytes(self) -> int:
-        """``memory_bytes`` summed afresh from the keys' sizes (for checks)."""
-        return sum([self.size_of(fk) for fk in self._sizes])
+        return self.meter.memory_bytes
 
     def recounted_items(self) -> dict[Row, int]:
         """Each filled (or blocked) key's rows (a rows state) or groups, counted afresh
@@ -475,10 +366,6 @@ class State:
             parts = (bucket,) if self.flat else bucket.values()
             out[fk] = sum([n for bag in parts for n in bag.values()])
         return out
-
-    def item_counts(self) -> dict[Row, int]:
-        """Each filled (or blocked) key's rows or groups, as kept."""
-        return dict(self._sizes)
 
     def describe(self, live: bool = True) -> str:
         key = ",".join(map(str, self.partial_cols))
@@ -497,28 +384,5 @@ def _same(key: Row) -> Row:
 
 
 def _stored_row_size(row: Row, sign: int) -> int | None:
-    """A written row's bytes, if it is stored (an insert); see ``State._sample``."""
+    """A written row's bytes, if it is stored (an insert); see ``SizeMeter.sample``."""
     return row_size(row) if sign > 0 else None
-
-
-class StateAccess:
-    """The read-only state an operator sees (operators/base.py StateView), for one node.
-
-    ``own_bucket``: a grouped state being built in Python (a derivation), read instead of
-    the node's own state."""
-
-    __slots__ = ("node", "own_bucket")
-
-    def __init__(self, node: Node, own_bucket: Bucket | None = None) -> None:
-        self.node = node
-        self.own_bucket = own_bucket
-
-    def lookup(self, side: int, key: Row) -> list[Row] | None:
-        return self.node.sides[side].rows_at(key)
-
-    def own(self, group: Row) -> Any | None:
-        if self.own_bucket is not None:
-            return self.own_bucket.get(group)
-        st = self.node.own
-        assert st is not None
-        return st.entry(group)

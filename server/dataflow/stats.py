@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 # Latencies kept for percentiles: trimmed to the newest half when this many pile up.
 MAX_LATENCIES = 20_000
@@ -50,3 +52,63 @@ def percentiles(values: list[float]) -> dict[str, float]:
         "p99": round(qs[98], 2),
         "count": len(values),
     }
+
+
+# -- what the dataflow reports (Dataflow.stats) ---------------------------------------------
+@dataclass(frozen=True)
+class ViewStats:
+    """One view's figures (the contract's per-view keys)."""
+
+    keys_filled: int
+    hits: int
+    misses: int
+    upqueries: int
+    evictions: int
+    memory_bytes: int
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class DataflowStats:
+    """The dataflow's figures at one moment (taken under the executor's lock). ``as_dict``
+    renders them under the names the stats RPC, the CLI, the metrics and the docs use:
+    ``applied_lsn`` is ``lsn`` there (the engine calls it ``applied_lsn`` again beside
+    storage's ``lsn``), the runner's and the subscriptions' figures and the executor's
+    counters are top-level keys, and ``checkpoint`` is there only when checkpoints are."""
+
+    applied_lsn: int
+    memory_limit: int
+    memory_bytes: int
+    partial_bytes: int
+    full_bytes: int
+    views: dict[str, ViewStats]
+    upquery_ms: dict[str, float]
+    spark_jobs: int
+    runner: dict[str, Any]  # the runner's own figures (runner.UpqueryRunner.stats)
+    fills_in_flight: int
+    state_anomalies: int
+    subscriptions: int
+    subscribed_keys: int
+    counters: dict[str, int] = field(default_factory=dict)  # Stats.counters, by name
+    checkpoint: dict[str, Any] | None = None  # Checkpointer.stats, None when off
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "lsn": self.applied_lsn,
+            "memory_limit": self.memory_limit,
+            "memory_bytes": self.memory_bytes,
+            "partial_bytes": self.partial_bytes,
+            "full_bytes": self.full_bytes,
+            "views": {name: v.as_dict() for name, v in self.views.items()},
+            "upquery_ms": self.upquery_ms,
+            "spark_jobs": self.spark_jobs,
+            **self.runner,
+            "fills_in_flight": self.fills_in_flight,
+            "state_anomalies": self.state_anomalies,
+            "subscriptions": self.subscriptions,
+            "subscribed_keys": self.subscribed_keys,
+            **self.counters,
+            **({"checkpoint": self.checkpoint} if self.checkpoint is not None else {}),
+        }

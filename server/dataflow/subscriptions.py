@@ -56,28 +56,33 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter, deque
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from partialflow.operators.base import Row
 from partialflow.server.dataflow import cuts
 from partialflow.server.dataflow.cuts import NONE as _NONE
-from partialflow.server.dataflow.cuts import KeyHistory, latest_cut
+from partialflow.server.dataflow.cuts import latest_cut
 from partialflow.server.dataflow.fill import Waiter
+from partialflow.server.dataflow.meter import BUCKET_OVERHEAD
 from partialflow.server.dataflow.pins import Pins
 from partialflow.server.dataflow.reads import present, visible
-from partialflow.server.dataflow.state import BUCKET_OVERHEAD
-from partialflow.server.errors import PartialflowError, ResourceExhausted, Unavailable
+from partialflow.server.dataflow.subscription import (
+    DEFAULT_MAX_BUFFERED,
+    Bag,
+    Event,
+    KeyChange,
+    Subscription,
+)
+from partialflow.server.errors import ResourceExhausted, Unavailable
 
 if TYPE_CHECKING:
-    from partialflow.server.dataflow.executor import Executor
-    from partialflow.server.dataflow.graph import Reader
+    from partialflow.server.dataflow.evictor import Evictor
+    from partialflow.server.dataflow.fills import FillCoordinator
     from partialflow.server.dataflow.state import State
     from partialflow.server.sql.planner import ViewPlan
 
 log = logging.getLogger("partialflow.subscriptions")
 
-DEFAULT_MAX_BUFFERED = 10_000  # change batches queued for one stream before it is cut off
 # A subscribed key's join index keys are fetched when it becomes readable if it depends
 # on at most this many (a read's fill stops at prefetch.MAX_KEYS_PER_KEY; a subscribed
 # key is read at every write, so each index key it misses costs an index fill and a gate).
@@ -86,101 +91,27 @@ PREFETCH_MOST = 10_000
 # being filled before its own refill goes out (refills in rounds: cuts.py).
 DEFER_MAX = 1.0
 
-Bag = Counter  # row -> multiplicity (rows as presented)
-KeyChange = tuple[Row, list[Row], list[Row]]  # (key, inserted, deleted)
 
 
-@dataclass
-class Event:
-    """What a stream sends: ``kind`` "snapshot" (``changes`` hold every key's rows as
-    inserted), "changes" or "heartbeat"; every key's rows are exact at ``lsn``."""
-
-    kind: str
-    lsn: int
-    changes: list[KeyChange] = field(default_factory=list)
+__all__ = ["DEFAULT_MAX_BUFFERED", "Event", "Subscription", "SubscriptionManager"]
 
 
-class Subscription:
-    """One stream's keys and queue. The queue and ``exact_lsn`` change under the
-    manager's lock, so a heartbeat never overtakes a change batch it follows."""
+class SubscriptionHost(Protocol):
+    """What the manager needs from the executor: the fills it asks refills and prefetches
+    of, the evictor whose pins and memory limit it keeps to, and its clock and wake-ups."""
 
-    def __init__(self, manager: SubscriptionManager, reader: Reader, keys: list[Row],
-                 start: dict[Row, list[Row]] | None, max_buffered: int) -> None:
-        self.manager = manager
-        self.reader = reader
-        self.view = reader.name
-        self.keys = list(dict.fromkeys(keys))
-        self.max_buffered = max_buffered
-        # Rows last sent per key (``start``: the rows at from_lsn the client holds).
-        self.resumed = start is not None
-        self.sent: dict[Row, Bag] = {
-            k: Counter(start.get(k, []) if start else []) for k in self.keys
-        }
-        self.started = False  # snapshot (or the resume's first batch) queued
-        self.unready: set[Row] = set()  # keys not readable at the last packet end
-        self.dirty: set[Row] = set()  # keys changed since their last batch
-        # Per key, its stored rows' net change not yet sent (None: compare it whole).
-        self.pending: dict[Row, Counter[Row] | None] = {}
-        self.queue: deque[Event] = deque()
-        self.cond = threading.Condition(manager.lock)
-        self.exact_lsn = 0  # every key's rows as sent are exact here (0: nothing sent yet)
-        # Every key was readable at the last packet end that touched it: then the rows sent
-        # are exact at every later packet end too, until a key changes (and touches it).
-        self.ready = False
-        self.error: PartialflowError | None = None  # set: the stream ends with it
-        self.closed = False
-        # While some key is not readable: where each key's rows are known since the
-        # cut (cuts.py); None while all are (or for a view whose changes don't add up).
-        self.hist: dict[Row, KeyHistory] | None = None
-
-    # -- streaming thread ----------------------------------------------------------------
-    def next_event(self, timeout: float) -> Event | None:
-        """The next event, a heartbeat after ``timeout`` s of nothing (None before the
-        snapshot), or raise the error that ends the stream once what precedes it is sent."""
-        with self.cond:
-            if not self.queue and self.error is None:
-                self.cond.wait(timeout)
-            if self.queue:
-                return self.queue.popleft()
-            if self.error is not None:
-                raise self.error
-            return Event("heartbeat", self.cut_lsn()) if self.started else None
-
-    def cut_lsn(self) -> int:
-        """The latest LSN every key's rows as queued are exact at (under the lock)."""
-        return max(self.exact_lsn, self.manager.packet_lsn) if self.ready else self.exact_lsn
-
-    def close(self) -> None:
-        """The client went away: wake the streaming thread (it then unsubscribes)."""
-        with self.cond:
-            self.closed = True
-            self.cond.notify_all()
-
-    # -- executor thread, under the manager's lock -----------------------------------------
-    def _push(self, event: Event) -> None:
-        if len(self.queue) >= self.max_buffered:
-            # Everything queued is a consistent prefix; the client resumes from its end.
-            self._end(ResourceExhausted(
-                f"subscriber too slow: more than {self.max_buffered} change batches buffered; "
-                f"resume from LSN {self.cut_lsn()}"), self.cut_lsn())
-            return
-        self.queue.append(event)
-        self.exact_lsn = event.lsn
-        self.ready = True
-        self.cond.notify_all()
-
-    def _end(self, error: PartialflowError, resume_lsn: int) -> None:
-        if self.error is None:
-            error.resume_lsn = resume_lsn  # type: ignore[attr-defined]
-            self.error = error
-            self.cond.notify_all()
-            self.manager._drop(self)
+    @property
+    def fills(self) -> FillCoordinator: ...
+    @property
+    def evictor(self) -> Evictor: ...
+    def clock(self) -> float: ...
+    def wake_at(self, when: float) -> None: ...
 
 
 class SubscriptionManager:
     """Per subscribed (reader state, key), its subscriptions; run at every packet end."""
 
-    def __init__(self, executor: Executor) -> None:
+    def __init__(self, executor: SubscriptionHost) -> None:
         self.ex = executor
         self.lock = threading.Lock()
         self.subs: dict[int, Subscription] = {}  # id -> subscription
@@ -191,8 +122,7 @@ class SubscriptionManager:
         self.starting: set[Subscription] = set()
         self._dropped: list[Subscription] = []
         self.packet_lsn = 0  # the LSN of the last packet end (under the lock)
-        self.pins = Pins(executor, self.by_key)
-        executor.evictor.depends = self.pins.depends
+        self.pins = Pins(executor.evictor, executor.fills.prefetcher, self.by_key)
         self.deferred: dict[tuple[State, Row], float] = {}  # hole -> when first deferred
         # Subscribed keys a fill landed on in this packet: their held updates replay.
         self._replaying: dict[tuple[State, Row], None] = {}
@@ -224,7 +154,7 @@ class SubscriptionManager:
             self.by_key.setdefault((st, k), []).append(sub)
             if len(self.by_key[(st, k)]) == 1:
                 self.pins.pin(st, k, +1)
-                st.watch(k)
+                st.changelog.watch(k)
         self.starting.add(sub)
         sub.unready = set(sub.keys)
         self.waiting.update((st, k) for k in sub.keys)
@@ -246,11 +176,11 @@ class SubscriptionManager:
                 self.deferred.pop((st, k), None)
                 self.refills.pop((st, k), None)
                 self.pins.pin(st, k, -1)
-                st.unwatch(k)
+                st.changelog.unwatch(k)
         self.starting.discard(sub)
         self.pins.plans({sub.reader.state for sub in self.subs.values()})
 
-    def _drop(self, sub: Subscription) -> None:
+    def drop(self, sub: Subscription) -> None:
         """A subscription ended by the manager (under the lock): removed after the packet."""
         self._dropped.append(sub)
 
@@ -474,7 +404,7 @@ class SubscriptionManager:
     def _collect(self, st: State, fk: Row) -> None:
         """Hand the change logged at ``fk`` since the last take to each of its
         subscriptions (a key's log is taken once, whichever subscription comes first)."""
-        change = st.take_watched(fk)
+        change = st.changelog.take_watched(fk, st.anomalies == 0)
         if change is not None and not change:
             return
         for sub in self.by_key.get((st, fk), ()):

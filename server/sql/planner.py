@@ -20,7 +20,6 @@ from partialflow.operators.distinct import Distinct
 from partialflow.operators.filter import Filter
 from partialflow.operators.project import Project
 from partialflow.operators.topk import TopK
-from partialflow.operators.union import Union
 from partialflow.server.errors import InvalidArgument, NotFound
 from partialflow.server.sql import markers
 from partialflow.server.sql.binding import (
@@ -52,8 +51,8 @@ from partialflow.server.sql.parse import parse_query
 from partialflow.server.sql.plan import PlanNode, ViewPlan, op_node, visible_only
 from partialflow.server.sql.refusals import refuse_constructs
 from partialflow.server.sql.scalars import join_scalars
-from partialflow.server.sql.setops import plan_except_intersect
 from partialflow.server.sql.subqueries import exists_join, is_exists_join, is_semi_join, semi_join
+from partialflow.server.sql.unions import plan_union
 
 __all__ = ["PlanNode", "Planner", "ViewPlan"]
 
@@ -400,70 +399,14 @@ class Planner:
 
     # -- UNION -------------------------------------------------------------------------
     def _plan_union(self, u: exp.SetOperation) -> ViewPlan:
-        """A UNION [ALL], or an EXCEPT / INTERSECT [ALL] (setops.py), with its ORDER BY
-        and LIMIT."""
-        branches: list[PlanNode] = []
-        names: list[str] | None = None
+        """A UNION [ALL], or an EXCEPT / INTERSECT [ALL] (unions.py, setops.py)."""
+        return plan_union(u, self._plan_union_branch, self._plan_query,
+                          MINMAX_CANDIDATES, TOPK_SLACK)
 
-        def collect(e: exp.Expression, distinct_parent: bool | None) -> None:
-            nonlocal names
-            if (
-                isinstance(e, exp.Union)
-                and not e.args.get("order")
-                and not e.args.get("limit")
-                and bool(e.args.get("distinct")) == distinct_parent
-            ):
-                collect(e.this, distinct_parent)
-                collect(e.expression, distinct_parent)
-                return
-            if isinstance(e, exp.Subquery):
-                e = e.this
-            sub = (
-                self._plan_union(e)
-                if isinstance(e, exp.SetOperation)
-                else self._plan_select(e, allow_params=False)
-            )
-            if sub.limit is not None or sub.key:
-                raise InvalidArgument("a UNION branch cannot have parameters or LIMIT; put "
-                                      "them on a view over the union")
-            if names is not None and len(sub.columns) != len(names):
-                raise InvalidArgument(
-                    f"UNION branches have different numbers of columns ({len(names)} and "
-                    f"{len(sub.columns)})"
-                )
-            names = names or sub.columns
-            branches.append(visible_only(sub))
-
-        if isinstance(u, exp.Union):
-            distinct = bool(u.args.get("distinct"))
-            collect(u.this, distinct)
-            collect(u.expression, distinct)
-            assert names is not None
-            root = PlanNode(tuple(names), Union(tuple(names), len(branches)), branches)
-            if distinct:
-                root = op_node(Distinct(root.columns), root)
-        else:
-            root = plan_except_intersect(u, self._plan_query, MINMAX_CANDIDATES)
-            names = list(root.columns)
-        order = []
-        order_by = u.args.get("order")
-        for o in order_by.expressions if order_by else []:
-            pos = _output_position(o.this, [exp.column(n) for n in names], names)
-            if pos is None:
-                raise InvalidArgument(
-                    f"ORDER BY of a {u.key.upper()} must name an output column, got "
-                    f"{o.this.sql()!r}"
-                )
-            order.append((pos, bool(o.args.get("desc"))))
-        limit = _limit(u)
-        if limit is not None:
-            if not order:
-                raise InvalidArgument(
-                    "LIMIT needs an ORDER BY (top-k is kept per key in that order)"
-                )
-            topk = TopK(root.columns, (), order, limit, candidates=limit + TOPK_SLACK)
-            root = op_node(topk, root)
-        return ViewPlan(root, list(names), tuple(range(len(names))), (), order, limit, None)
+    def _plan_union_branch(self, e: exp.Expression) -> ViewPlan:
+        if isinstance(e, exp.SetOperation):
+            return self._plan_union(e)
+        return self._plan_select(e, allow_params=False)
 
     # -- FROM items ------------------------------------------------------------------
     def _relation(self, rel: exp.Expression) -> tuple[PlanNode, Scope]:
@@ -492,12 +435,7 @@ class Planner:
             node = visible_only(view)
             return node, Scope([(alias, c.lower()) for c in view.columns])
         if isinstance(rel, exp.Subquery):
-            inner = rel.this
-            sub = (
-                self._plan_union(inner)
-                if isinstance(inner, exp.SetOperation)
-                else self._plan_select(inner, allow_params=False)
-            )
+            sub = self._plan_union_branch(rel.this)
             sub_alias = rel.alias.lower() if rel.alias else None
             return visible_only(sub), Scope([(sub_alias, c.lower()) for c in sub.columns])
         raise InvalidArgument(f"unsupported FROM item: {rel.sql()!r}; a FROM item is a "

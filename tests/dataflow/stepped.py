@@ -174,15 +174,15 @@ class Harness:
                     )
             if st.anomalies:
                 problems.append(f"{st.label}: {st.anomalies} anomalies")
-            if st.item_counts() != st.recounted_items():
-                kept, counted = st.item_counts(), st.recounted_items()
+            if st.meter.item_counts() != st.recounted_items():
+                kept, counted = st.meter.item_counts(), st.recounted_items()
                 wrong = {k: (kept.get(k), counted.get(k)) for k in kept.keys() | counted.keys()
                          if kept.get(k) != counted.get(k)}
                 problems.append(f"{st.label}: item counts kept != counted (kept, counted): "
                                 f"{dict(list(wrong.items())[:5])}")
-            if st.memory_bytes != st.recounted_bytes():
+            if st.memory_bytes != st.meter.recounted_bytes():
                 problems.append(f"{st.label}: running total {st.memory_bytes} B != "
-                                f"{st.recounted_bytes()} B summed from its keys")
+                                f"{st.meter.recounted_bytes()} B summed from its keys")
         if ev.partial_bytes != sum(lru.values()):
             problems.append(f"partial bytes {ev.partial_bytes} != LRU total {sum(lru.values())}")
         if ev.full_bytes != sum(st.memory_bytes for st in ev.states.values() if st.mode == "full"):

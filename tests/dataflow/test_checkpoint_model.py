@@ -104,7 +104,7 @@ def test_checkpoint_copied_across_packets_restores_exactly(tmp_path, monkeypatch
     restarted = Harness(checkpoints=tmp_path, model=h.model)
     restarted.views = dict(h.views)
     restarted.settle()
-    info = restarted.df.stats()["checkpoint"]
+    info = restarted.df.stats().checkpoint
     if done:
         # The newest checkpoint (or its chain compacted: a new seq, the same LSN).
         assert info["recovered_lsn"] == max(m.lsn for m in done)

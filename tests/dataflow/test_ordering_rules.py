@@ -457,7 +457,7 @@ def test_a_miss_that_evicts_while_index_fills_back_off_fills_the_index_key() -> 
 @pytest.mark.parametrize("reads_land_first", [True, False])
 def test_a_replayed_join_update_skips_keys_filled_after_it(reads_land_first: bool) -> None:
     """An index fill's held update reaches, when it replays, only the keys the fill made
-    readable, after the LSN each is exact at (``Executor._scope``), and is not held by a
+    readable, after the LSN each is exact at (``replay.ReplayScope``), and is not held by a
     fill whose snapshot already has it (LSN <= V). Three views share the join: p0's move
     is held because m's keys are filled, while the same update reaches n's and r's c1,
     holes then (not gated: nothing reads them). Reads fill them from a snapshot that has
@@ -750,8 +750,8 @@ def test_a_bound_watched_lazily_loads_at_the_first_miss() -> None:
 
 
 def test_a_view_nobody_reads_costs_no_work_and_wakes_exact_when_read() -> None:
-    """Writes skip nodes with nothing filled or pending at or above them (executor
-    ``_propagate``): the unread join view does no work, the read one stays exact, and a
+    """Writes skip nodes with nothing filled or pending at or above them
+    (``Propagator.propagate``): the unread join view does no work, the read one stays exact, and a
     first read of the unread view later is exact too."""
     h = _join_views(JOIN)
     h.view("w", "SELECT b.k, b.w, a.v FROM b JOIN a ON b.k = a.k WHERE b.w = ?")

@@ -149,9 +149,9 @@ def test_an_evicted_stale_key_is_a_miss_and_refills_exact(h):
     h.run()  # published stale
     assert h.df.evict("whole", ()) == 1
     h.settle()
-    before = h.df.stats()["views"]["whole"]["misses"]
+    before = h.df.stats().views["whole"].misses
     lsn = h.model.write("t", inserts=[(51, 5)])
     h.run()
     assert _exact(h, "whole", (), h.lookup("whole", [()])[0]) == lsn
-    assert h.df.stats()["views"]["whole"]["misses"] == before + 1
+    assert h.df.stats().views["whole"].misses == before + 1
     assert not h.check_states()

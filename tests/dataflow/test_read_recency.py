@@ -58,12 +58,12 @@ def test_hits_count_distinct_keys_and_make_them_recently_used():
         h.lookup("rows", [(k,) for k in range(10)])
         h.settle()
         st = h.df.reader("rows").state
-        before = h.df.stats()["views"]["rows"]
+        before = h.df.stats().views["rows"]
         h.lookup("rows", [(7,), (2,), (7,), (5,)])  # all hits, lock-free
         h.settle()
-        after = h.df.stats()["views"]["rows"]
-        assert after["hits"] - before["hits"] == 3, "distinct keys, as a key-by-key read"
-        assert after["misses"] == before["misses"]
+        after = h.df.stats().views["rows"]
+        assert after.hits - before.hits == 3, "distinct keys, as a key-by-key read"
+        assert after.misses == before.misses
         # The read keys are the most recently used: a limit that keeps three keys keeps
         # them and evicts the others first (the view's reader is its only partial state).
         lru = h.ex.evictor.lru_sizes()

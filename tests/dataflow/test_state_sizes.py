@@ -1,5 +1,5 @@
 """A state's bytes, for the memory limit, are its rows or groups counted times a sampled
-mean size of one (state.py, SAMPLE_EVERY): checked here against each stored row's or
+mean size of one (meter.py, SAMPLE_EVERY): checked here against each stored row's or
 entry's size measured, as the rows' widths vary and change. JVM-free: the stepped
 harness."""
 
@@ -10,7 +10,8 @@ import random
 from stepped import Harness, assert_exact, assert_settled
 
 from partialflow.operators.sizes import row_size
-from partialflow.server.dataflow.state import BUCKET_OVERHEAD, State
+from partialflow.server.dataflow.meter import BUCKET_OVERHEAD
+from partialflow.server.dataflow.state import State
 
 VIEW = "SELECT k, name FROM t WHERE k = ?"
 
@@ -44,7 +45,7 @@ def test_a_filled_state_accounts_about_the_bytes_its_rows_take() -> None:
     keys = [(k,) for k in range(50)]
     assert_exact(h, "v", keys, h.lookup("v", keys))
     st = h.df.reader("v").state
-    assert st.mean_item_size > 0
+    assert st.meter.mean_item_size > 0
     assert abs(st.memory_bytes - _measured(st)) <= 0.1 * _measured(st)
     assert not h.check_states()  # each key's row count kept as counted from its rows
     assert_settled(h)

@@ -176,8 +176,8 @@ def test_subscribers_hold_the_views_answer_at_every_lsn_they_are_told(
         assert sum(hd.events for hd in holders) > 2 * len(holders)
         for view in keys:  # a key nobody subscribes to any more is not logged
             want = {k for hd in holders if hd.view == view for k in hd.sub.keys}
-            assert set(h.df.reader(view).state.watched_keys()) == want, view
-        stats = h.df.stats()
+            assert set(h.df.reader(view).state.changelog.watched_keys()) == want, view
+        stats = h.df.stats().as_dict()
         assert stats["subscriptions"] == 8 and stats["subscribed_keys"] == 16 + len(
             {k for hd in holders if hd.view == "vals" for k in hd.sub.keys})
         if memory_limit is not None:  # evictions for memory happened, never of a pinned key

@@ -227,7 +227,7 @@ def test_subscribe_through_declare_fetch(pg_dsn, db, server):
 
 
 def _subscriptions(server) -> int:
-    return server.engine.dataflow.stats()["subscriptions"]
+    return server.engine.dataflow.stats().subscriptions
 
 
 def _wait_no_subscriptions(server) -> None:
