@@ -295,7 +295,8 @@ def main() -> int:
                 print("          profile: " + ", ".join(
                     f"{k[:-7]} {v}" for k, v in prof.items() if k.endswith("_p50_ms"))
                     + f"; plans cached {prof['plan_cached']}/{prof['upqueries']}, "
-                    f"unflushed {prof['unflushed']}, tasks p50 {prof['tasks_p50']}")
+                    f"unflushed {prof['unflushed']}, tasks p50 {prof['tasks_p50']}, "
+                    f"compiles per miss {prof.get('compiles_mean')}")
     if "workload" in result:
         w = result["workload"]
         print(f"workload: {w['reads_per_s']} reads/s, read p50 {w['read_ms'].get('p50')} ms")

@@ -225,16 +225,34 @@ def _identity(st: State, snapshot: Any, generation: int) -> Hashable | None:
 def key_filter_sql(cols: list[int], keys: set[Row]) -> str | None:
     """SQL for: columns ``_c{cols}`` equal one of ``keys`` (NULL keys never match). Each
     literal has the type ``F.lit`` gives the same Python value, so Spark compares (and
-    coerces) exactly as ``key_filter`` would. None if a value has no literal here."""
+    coerces) exactly as ``key_filter`` would. None if a value has no literal here.
+
+    Spark inlines an ``=`` or short ``IN`` literal into the Java code it generates for a
+    query, so every new key compiled the whole stage again (Janino; the largest part of a
+    small miss after the job itself). A list with a NULL in it is ``IN``'s own: with
+    ``spark.sql.optimizer.inSetConversionThreshold`` at 1 (``server/spark.py``) the
+    optimizer makes it an ``InSet``, whose values the generated code reads from a set
+    object, so one compiled stage serves every key; Parquet still gets the values pushed
+    down. In a filter, ``c IN (v, NULL)`` keeps exactly the rows ``c = v`` keeps (else it
+    is NULL or false). Floating keys keep ``=``, whose NaN and -0.0 rules a set need not
+    share."""
     live = [k for k in keys if all(v is not None for v in k)]
     if not live:
         return "false"
     try:
+        if any(isinstance(v, float) for k in live for v in k):
+            if len(cols) == 1:
+                return f"_c{cols[0]} IN ({', '.join(sql_literal(k[0]) for k in live)})"
+            return " OR ".join(
+                "(" + " AND ".join(f"_c{c} = {sql_literal(v)}"
+                                   for c, v in zip(cols, k, strict=True)) + ")"
+                for k in live
+            )
         if len(cols) == 1:
-            return f"_c{cols[0]} IN ({', '.join(sql_literal(k[0]) for k in live)})"
+            return f"_c{cols[0]} IN ({', '.join(sql_literal(k[0]) for k in live)}, NULL)"
         return " OR ".join(
-            "(" + " AND ".join(f"_c{c} = {sql_literal(v)}" for c, v in zip(cols, k, strict=True))
-            + ")"
+            "(" + " AND ".join(f"_c{c} IN ({sql_literal(v)}, NULL)"
+                               for c, v in zip(cols, k, strict=True)) + ")"
             for k in live
         )
     except TypeError:

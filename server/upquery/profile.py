@@ -10,7 +10,9 @@ further from Spark's own bookkeeping: its query phases (``spark_analysis``,
 and, when ``jobs`` is on, the jobs it ran (from Spark's status store, read when the
 profile is asked for: ``spark_jobs`` from submission to completion, ``spark_tasks`` of
 executor run time summed over tasks, ``spark_task_deserialize``, and the task count).
-What remains of ``collect`` after the jobs is the result's trip to Python.
+What remains of ``collect`` after the jobs is the result's trip to Python, and on the
+driver the physical plan's preparation, including compiling generated code
+(``compiles``: classes Janino compiled while the upquery ran).
 
 The records go to the ``partialflow.upquery.profile`` logger at DEBUG (one line per
 upquery) and into a ring a benchmark reads with ``summary()``. Taking the timestamps costs
@@ -50,6 +52,7 @@ class Phases:
     seconds: dict[str, float] = field(default_factory=dict)
     job_group: str | None = None
     tasks: int = 0
+    compiles: int | None = None  # generated classes compiled meanwhile (detail only)
 
 
 class Profiler:
@@ -90,6 +93,8 @@ class Profiler:
             "plan_cached": sum(r.plan_cached for r in recs),
             "unflushed": sum(r.unflushed for r in recs),
             "tasks_p50": statistics.median([r.tasks for r in recs]) if recs else 0,
+            "compiles_mean": round(statistics.fmean(c), 2) if (
+                c := [r.compiles for r in recs if r.compiles is not None]) else None,
         }
         for name in PHASES + SPARK_PHASES + JOB_FIGURES:
             xs = sorted(r.seconds[name] for r in recs if name in r.seconds)
@@ -130,6 +135,16 @@ def spark_phases(df: Any) -> dict[str, float]:
         return out
     except Exception:  # noqa: BLE001 - only a figure
         return {}
+
+
+def codegen_compiles(spark: Any) -> int | None:
+    """Java classes Spark has compiled for generated code so far (a process-wide count:
+    read before and after a lone upquery, the difference is what it compiled)."""
+    try:
+        metrics = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics
+        return int(metrics.METRIC_COMPILATION_TIME().getCount())
+    except Exception:  # noqa: BLE001 - only a figure (and none through Connect)
+        return None
 
 
 def _job_figures(spark: Any, rec: Phases) -> None:

@@ -31,7 +31,13 @@ from partialflow.server.dataflow.runner import BoundReply, FillResults, Reply
 from partialflow.server.spark_supervisor import SparkDown, generation_of, spark_failure
 from partialflow.server.upquery.faults import FaultInjector
 from partialflow.server.upquery.plan_cache import PlanCache
-from partialflow.server.upquery.profile import Clock, Phases, Profiler, spark_phases
+from partialflow.server.upquery.profile import (
+    Clock,
+    Phases,
+    Profiler,
+    codegen_compiles,
+    spark_phases,
+)
 from partialflow.server.upquery.state_plans import Scans
 
 log = logging.getLogger("partialflow.upquery")
@@ -173,6 +179,7 @@ class SparkUpqueryRunner:
         rec = Phases(fill.fid, keys=sum(len(k) for k in fill.keys.values()),
                      roots=len(fill.roots), plan_cached=True)
         group = self._profile_group(fill) if self.profiler.detail else None
+        compiled = codegen_compiles(self.spark) if group is not None else None
         try:
             scans: Scans = []
             for st in fill.roots:
@@ -199,6 +206,9 @@ class SparkUpqueryRunner:
             self._record_scans(snapshot, scans)
         rec.seconds = clock.total()
         rec.job_group = group
+        if compiled is not None:
+            after = codegen_compiles(self.spark)
+            rec.compiles = None if after is None else after - compiled
         self.profiler.record(rec)
         return results
 
