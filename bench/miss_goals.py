@@ -34,6 +34,7 @@ import argparse
 import json
 import multiprocessing as mp
 import random
+import subprocess
 import sys
 import tempfile
 import time
@@ -279,6 +280,9 @@ def main() -> int:
     import partialflow.server
 
     info["code"] = str(Path(partialflow.server.__path__[0]).resolve().parent)
+    # The commit of the code measured (a baseline runs this script on another checkout).
+    info["commit"] = subprocess.run(["git", "-C", info["code"], "rev-parse", "--short", "HEAD"],
+                                    capture_output=True, text=True).stdout.strip()
     spark = spark_session(args.master)
     root = Path(tempfile.mkdtemp(prefix="pf-miss-goals-"))
     result: dict[str, Any] = {"label": args.label, "machine": info, "sizes": []}

@@ -98,7 +98,8 @@ class PlanCache:
                 self._plans[ident] = kept
         filters = traced_filters(st, keys)
         if scans is not None:  # the figure: what the traced filters let each scan skip
-            scans.extend((n.table, pushed_names(n, filters)) for n in nodes)
+            scans.extend((n.table, pushed_names(n, filters)) for n in nodes
+                         if n.table is not None)
         plan = kept.plan
         if kept.slots:
             plan = _with_unflushed(kept, snapshot, {n.nid: n for n in nodes}, filters)
@@ -176,7 +177,7 @@ def _with_unflushed(kept: Kept, snapshot: Any, nodes: dict[int, Node],
     is exact): one ``transformUp`` in the JVM instead of building the plan again."""
     plan = kept.plan
     spark = plan.sparkSession
-    jvm = spark._jvm
+    jvm: Any = spark._jvm  # a classic session: _build kept no stand-in otherwise
     swaps = jvm.java.util.HashMap()
     for table, nids, leaves in kept.slots:
         pushed = [pushed_names(nodes[nid], filters) for nid in nids]
