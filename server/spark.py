@@ -47,6 +47,12 @@ _SQL_DEFAULTS: dict[str, str] = {
     # Small scans dominate (key-filtered upqueries); don't adaptively re-plan them into
     # many stages.
     "spark.sql.adaptive.enabled": "false",
+    # An IN list of two or more values becomes an InSet, whose values generated code reads
+    # from a set object instead of inlining them: an upquery's key filter (``IN (k, NULL)``,
+    # ``upquery/plan_cache.py``) then compiles to the same code for every key, and Spark's
+    # code cache spares each miss a Janino compile. The switch form would inline them.
+    "spark.sql.optimizer.inSetConversionThreshold": "1",
+    "spark.sql.optimizer.inSetSwitchThreshold": "0",
 }
 
 

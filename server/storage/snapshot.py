@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
 from pyspark.sql import Column as SparkColumn
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -115,6 +116,26 @@ class Snapshot:
         if df is None:
             return self.spark.createDataFrame([], tv.schema.spark_schema())
         return consolidate(df, cols, has_neg, has_multi)
+
+    def table_df_with(self, name: str, unflushed: DataFrame, unflushed_neg: bool) -> DataFrame:
+        """``table_df`` with ``unflushed`` (rows of the segment schema: columns, ``_lsn``,
+        ``_diff``) in place of the table's unflushed rows; ``unflushed_neg``: whether they
+        may hold deletes. The upquery plan cache keeps such a plan over the segments and
+        swaps the unflushed part per fill."""
+        tv = self.table_view(name)
+        df, has_neg, has_multi = self._stored(replace(tv, mem=()), None)
+        df = unflushed if df is None else df.unionByName(unflushed)
+        return consolidate(df, list(tv.schema.column_names), has_neg or unflushed_neg, has_multi)
+
+    def unflushed(self, name: str, filters: Mapping[str, Sequence[Any]] | None = None) -> pa.Table:
+        """The table's unflushed rows up to ``self.lsn`` in the segment schema, filtered
+        as ``table_df`` filters them."""
+        tv = self.table_view(name)
+        tbl = entries_to_table(tv.schema, tv.mem)
+        resolved = [coerce_filter_values(tv.schema, c, v) for c, v in (filters or {}).items()]
+        if resolved and tbl.num_rows:
+            tbl = tbl.filter(arrow_filter_mask(tbl, resolved, tv.schema))
+        return tbl
 
     def table_changes_df(
         self, name: str, filters: Mapping[str, Sequence[Any]] | None = None

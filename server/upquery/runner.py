@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -30,6 +31,13 @@ from partialflow.server.dataflow.runner import BoundReply, FillResults, Reply
 from partialflow.server.spark_supervisor import SparkDown, generation_of, spark_failure
 from partialflow.server.upquery.faults import FaultInjector
 from partialflow.server.upquery.plan_cache import PlanCache
+from partialflow.server.upquery.profile import (
+    Clock,
+    Phases,
+    Profiler,
+    codegen_compiles,
+    spark_phases,
+)
 from partialflow.server.upquery.state_plans import Scans
 
 log = logging.getLogger("partialflow.upquery")
@@ -60,6 +68,8 @@ class SparkUpqueryRunner:
         # Each state's plan, built once per base data and reused with new keys; a plan
         # holds JVM objects of the session it was built on, so a new session drops them.
         self.plans = PlanCache()
+        # Seconds per phase of each upquery (``profile.py``), for benchmarks and DEBUG logs.
+        self.profiler = Profiler()
         on_restart = getattr(spark, "on_restart", None)
         if on_restart is not None:
             on_restart(self._restarted)
@@ -96,11 +106,12 @@ class SparkUpqueryRunner:
         if fill.index:
             self._queue_index(fill, snapshot, reply)
             return
+        submitted = time.perf_counter()
 
         def run() -> None:
             generation = generation_of(self.spark)
             try:
-                results = self.run(fill, snapshot)
+                results = self.run(fill, snapshot, Clock(submitted))
             except Exception as e:  # the executor turns this into a clean read error
                 e = self._failed(e, generation)
                 # Spark being down is logged once, by the supervisor, not per upquery.
@@ -157,25 +168,59 @@ class SparkUpqueryRunner:
             snapshot.close()
             raise
 
-    def run(self, fill: Fill, snapshot: Any) -> FillResults:
+    def run(self, fill: Fill, snapshot: Any, clock: Clock | None = None) -> FillResults:
         """Rows of each root state for its keys, all from the fill's snapshot."""
+        clock = clock or Clock()
+        clock.lap("queued")
         self.faults.before_scan()
         results: FillResults = {}
         tag = _tag_of(fill)
         _try(self.spark, "addTag", tag)
+        rec = Phases(fill.fid, keys=sum(len(k) for k in fill.keys.values()),
+                     roots=len(fill.roots), plan_cached=True)
+        group = self._profile_group(fill) if self.profiler.detail else None
+        compiled = codegen_compiles(self.spark) if group is not None else None
         try:
             scans: Scans = []
             for st in fill.roots:
+                shape: dict[str, bool] = {}
                 df = self.plans.frame(st, fill.keys[st], snapshot, scans,
-                                      generation_of(self.spark))
+                                      generation_of(self.spark), shape, self.spark)
+                rec.plan_cached &= shape.get("cached", False)
+                rec.unflushed |= shape.get("unflushed", False)
+                clock.lap("plan")
                 with self._jobs_lock:
                     self._jobs += 1
-                results[st.sid] = [canonical_row(tuple(r)) for r in df.collect()]
+                got = df.collect()
+                clock.lap("collect")
+                if group is not None:
+                    for k, v in spark_phases(df).items():
+                        clock.seconds[k] = clock.seconds.get(k, 0.0) + v
+                results[st.sid] = [canonical_row(tuple(r)) for r in got]
+                clock.lap("convert")
         finally:
             _try(self.spark, "removeTag", tag)
+            if group is not None:
+                _try(self.spark.sparkContext, "setLocalProperty", "spark.jobGroup.id", None)
         if all(st.mode != "full" for st in fill.roots):  # a miss, not a view's full load
             self._record_scans(snapshot, scans)
+        rec.seconds = clock.total()
+        rec.job_group = group
+        if compiled is not None:
+            after = codegen_compiles(self.spark)
+            rec.compiles = None if after is None else after - compiled
+        self.profiler.record(rec)
         return results
+
+    def _profile_group(self, fill: Fill) -> str | None:
+        """A job group for this fill's jobs, so the profile can find them later (classic
+        Spark only: through Connect there is no SparkContext here)."""
+        group = f"partialflow-profile-{fill.fid}"
+        try:
+            self.spark.sparkContext.setJobGroup(group, "upquery", False)
+        except Exception:  # noqa: BLE001 - only a figure
+            return None
+        return group
 
     def _record_scans(self, snapshot: Any, scans: Scans) -> None:
         """Add one upquery's footprint: the row groups and bytes of the base segments its
@@ -388,8 +433,8 @@ def _tag_of(fill: Fill) -> str:
     return f"partialflow-fill-{fill.fid}"
 
 
-def _try(spark: SparkSession, method: str, tag: str) -> None:
+def _try(obj: Any, method: str, *args: Any) -> None:
     try:
-        getattr(spark, method)(tag)
+        getattr(obj, method)(*args)
     except Exception:
         pass
