@@ -109,6 +109,7 @@ class Checkpointer:
         self._lock = threading.Lock()  # guards the figures below (writer thread sets them)
         self.last: Manifest | None = store.head
         self.taken = 0
+        self.skipped = 0  # due while nothing had changed (see _nothing_new)
         self.failed = 0
         self._streak = 0  # failures in a row (writer thread)
         self.last_error = ""
@@ -157,8 +158,30 @@ class Checkpointer:
             due = self.interval > 0 and self.clock() - self._last_start >= wait
             if not (asked or due) or not self.store.writer.idle():
                 return
+            if not asked and self._nothing_new():
+                # An idle server would otherwise write (and log) an empty checkpoint every
+                # interval, forever, and compact chains of them.
+                self._last_start = self.clock()
+                self.skipped += 1
+                return
             self._start()
         self._step()
+
+    def _nothing_new(self) -> bool:
+        """A checkpoint now would record nothing the last one does not: the same LSN, views
+        and tables, and no state changed since (fills, evictions and new states all mark
+        their state). A requested checkpoint is taken anyway."""
+        last = self.last
+        if last is None or self._need_full or last.lsn != self.ex.applied_lsn:
+            return False
+        if [tuple(v) for v in last.views] != [tuple(v) for v in self.ex.view_sqls()]:
+            return False
+        if dict(last.tables) != self.table_ids():
+            return False
+        return not any(
+            st.changelog.fresh or st.changelog.dirty_fk or st.changelog.dirty_ik
+            for st in self.ex.live_states()
+        )
 
     def _start(self) -> None:
         self._last_start = self._t0 = self.clock()
