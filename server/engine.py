@@ -81,6 +81,10 @@ class WriteTicket:
     def __init__(self, ticket: Any, count: Callable[[], None] | None) -> None:
         self._ticket, self._count, self.lsn = ticket, count, int(ticket.lsn)
 
+    @property
+    def storage_ticket(self) -> Any:
+        return self._ticket
+
     def wait(self) -> int:
         lsn = int(self._ticket.wait())
         count, self._count = self._count, None
@@ -340,10 +344,12 @@ class Engine:
         *,
         upstream_lsn: int | None = None,
         origin: str | None = None,
+        after: WriteTicket | None = None,
     ) -> WriteTicket:
         """``write_many`` without the wait: checked and given its LSN now (refusals raise
         here); the ticket's ``wait()`` returns it once durable, or raises why the commit
-        failed. The follower submits several upstream commits at once to share fsyncs."""
+        failed. The follower submits several upstream commits at once to share fsyncs,
+        each ``after`` the one before: if one is refused, those after it are too."""
         if origin != "follow":
             for change in changes:
                 self.check_writable(change.table)
@@ -351,10 +357,13 @@ class Engine:
             isinstance(c, TableChange) and (c.inserts or c.deletes) for c in changes
         ):
             raise InvalidArgument("transaction: a write needs at least one row")
-        return self._submit(changes, upstream_lsn)
+        return self._submit(changes, upstream_lsn, after)
 
-    def _submit(self, changes: Sequence[TableChange], upstream_lsn: int | None) -> WriteTicket:
-        ticket = self.storage.submit_many(changes, upstream_lsn=upstream_lsn)
+    def _submit(self, changes: Sequence[TableChange], upstream_lsn: int | None,
+                after: WriteTicket | None = None) -> WriteTicket:
+        ticket = self.storage.submit_many(
+            changes, upstream_lsn=upstream_lsn,
+            after=after.storage_ticket if after is not None else None)
         return WriteTicket(ticket, lambda: self._count(changes))
 
     def _count(self, changes: Sequence[TableChange]) -> None:

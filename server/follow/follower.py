@@ -93,6 +93,7 @@ class Follower:
         self._submitted = self._flushed = self._acked = self.applied or 0
         self.pos = Position(self.applied, int(engine.storage.last_lsn))
         self._pipe: InFlight | None = None
+        self._last_ticket: Any = None  # the newest submitted commit (Engine.WriteTicket)
         self._status: dict[str, Any] = dict(
             state="starting", error="", rows_applied=0, transactions_applied=0, resnapshots=0,
             retries=0, lag_seconds=0.0, server_lsn=0, slot_status="", copy="",
@@ -279,6 +280,7 @@ class Follower:
         log.info("streaming from the upstream", extra={
             "upstream": self.name, "slot": self.slot, "from": format_lsn(start)})
         pipe = self._pipe = InFlight(IN_FLIGHT, self._durable, self._reordered)
+        self._last_ticket = None  # a new session follows nothing refused in the last one
         try:
             self._receive(cur, sql)
         finally:
@@ -415,7 +417,9 @@ class Follower:
         if changes:
             # Refused (raises) before it takes an LSN; accepted, it is in storage's order,
             # so the next transaction's changes are computed against the shadows with it.
-            ticket = self.engine.submit_many(changes, upstream_lsn=end, origin="follow")
+            ticket = self.engine.submit_many(changes, upstream_lsn=end, origin="follow",
+                                             after=self._last_ticket)
+            self._last_ticket = ticket
             self.pos.submitted(ticket.lsn, end)
             for t in txn.values():
                 t.commit_shadow()

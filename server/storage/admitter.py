@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 
+from partialflow.server.errors import FailedPrecondition
 from partialflow.server.storage import admission
 from partialflow.server.storage.ddl import TableCatalog
 from partialflow.server.storage.indexer import RowIndexer
@@ -49,10 +50,12 @@ class Admission:
 
     def submit(self, changes: Sequence[TableChange], upstream_lsn: int | None,
                check_open: Callable[[], None], is_open: Callable[[], bool],
-               ) -> tuple[int, Pending]:
+               after: Pending | None = None) -> tuple[int, Pending]:
         """Check ``changes`` as one write, give it the next LSN and queue it; returns the
         LSN and its last queue entry (the committer sets its ``error`` if the write is
-        refused later). Any error refuses the whole write and consumes no LSN."""
+        refused later). Any error refuses the whole write and consumes no LSN. ``after``:
+        the last entry of a write this one must follow; if that one was refused (and its
+        LSN handed back), this one is refused too rather than stored in its place."""
         changes = admission.checked_changes(changes, upstream_lsn)
         catalog, indexer = self._catalog, self._indexer
         with self._lock:
@@ -81,6 +84,12 @@ class Admission:
             if indexer.wait_for_room_locked(self._max_backlog(), is_open):
                 free = space.free_bytes()  # waited: measure again (a statvfs, cheap)
             check_open()
+            if after is not None and after.error is not None:
+                # Checked under the lock that refuse_locked sets errors under: a write
+                # submitted after that moment cannot take the refused one's LSN.
+                raise FailedPrecondition(
+                    f"the write this one must follow (LSN {after.lsn}) was refused: "
+                    f"{after.error}; nothing was written")
             catalog.check_live_locked(entries)
             local = admission.Local() if len(by_table) < len(parts) else None
             for part in parts:

@@ -125,6 +125,11 @@ class WriteTicket:
         self._last = last
         self.lsn = lsn
 
+    @property
+    def last(self) -> Pending:
+        """The write's last queue entry (its ``error`` is set if it is refused)."""
+        return self._last
+
     def wait(self) -> int:
         """The LSN, once the write is durable and delivered to subscribers; raises the
         error that refused it (e.g. ResourceExhausted when the log ran out of space)."""

@@ -299,7 +299,8 @@ class Storage:
         return self.submit_many(changes, upstream_lsn=upstream_lsn).wait()
 
     def submit_many(
-        self, changes: Sequence[TableChange], *, upstream_lsn: int | None = None
+        self, changes: Sequence[TableChange], *, upstream_lsn: int | None = None,
+        after: WriteTicket | None = None,
     ) -> WriteTicket:
         """Apply ``changes`` (to any tables, in order) as one write: one new LSN, durable as
         one unit (all or nothing after a crash), delivered as one record. It is checked and
@@ -313,10 +314,13 @@ class Storage:
         changes leave them; any error refuses the whole write and changes nothing. Messages
         of a write with several changes start "change N: ". ``upstream_lsn`` is stored in
         the same commit (``Storage.upstream_lsn``). A write whose changes name one table
-        is delivered as a WriteRecord, any other as a TxRecord.
+        is delivered as a WriteRecord, any other as a TxRecord. ``after``: a ticket this write
+        must follow; if that write is refused, so is this one (FailedPrecondition), so a
+        caller submitting in order never has a later write stored in an earlier one's place.
         """
         p = self._opened()
-        lsn, last = p.admission.submit(changes, upstream_lsn, self._check_open, self._is_open)
+        lsn, last = p.admission.submit(changes, upstream_lsn, self._check_open, self._is_open,
+                                       after.last if after is not None else None)
         return WriteTicket(p.committer, lsn, last)
 
     # ------------------------------------------------------------------ reads

@@ -3,13 +3,21 @@ durable as one unit (a torn transaction is absent after recovery), upstream LSN 
 
 from __future__ import annotations
 
+import errno
 from collections import Counter
 
 import pytest
 from conftest import BAG, KEYED
 
-from partialflow.server.errors import AlreadyExists, InvalidArgument, NotFound
+from partialflow.server.errors import (
+    AlreadyExists,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    ResourceExhausted,
+)
 from partialflow.server.storage import Storage, TableChange, TxRecord, WriteRecord
+from partialflow.server.storage import wal as wal_mod
 from partialflow.server.storage.wal import read_wal
 
 
@@ -152,3 +160,33 @@ def test_torn_transaction_is_absent_after_recovery(make_store, cut: str) -> None
     assert rows_at(st2, "u") == {(1, "a"): 1} and rows_at(st2, "t") == Counter()
     # The index agrees: key 2 is free, (1, "a") still there; LSNs continue after `before`.
     assert st2.write_many([TableChange("u", inserts=[(2, "b2")], deletes=[(1, "a")])]) == tx
+
+
+def test_a_write_submitted_after_a_refused_one_is_refused_not_stored_in_its_place(
+        make_store, monkeypatch):
+    """The follower submits upstream commits in order, each ``after`` the one before. When
+    the log refuses one (here: out of space) its LSN is handed back; a write that must follow
+    it is refused too, so no later commit is ever stored where the refused one should be.
+    A write that follows nothing takes the LSN as before."""
+    st = make_store()
+    st.create_table(KEYED)
+    real = wal_mod.Wal.append
+    full = {"left": 1}
+
+    def append(self, data, next_lsn):
+        if full["left"]:
+            full["left"] -= 1
+            raise wal_mod.WalFull(errno.ENOSPC, "No space left on device")
+        real(self, data, next_lsn)
+
+    monkeypatch.setattr(wal_mod.Wal, "append", append)
+    first = st.submit_many([TableChange("u", [(1, "a")], [])])
+    with pytest.raises(ResourceExhausted):
+        first.wait()
+    with pytest.raises(FailedPrecondition, match=f"LSN {first.lsn}.*refused"):
+        st.submit_many([TableChange("u", [(2, "b")], [])], after=first)
+    ok = st.submit_many([TableChange("u", [(3, "c")], [])])
+    assert ok.wait() == first.lsn  # the handed-back LSN, taken by a write that follows nothing
+    chained = st.submit_many([TableChange("u", [(4, "d")], [])], after=ok)
+    assert chained.wait() == ok.lsn + 1
+    assert sorted(st.query("SELECT * FROM u")[1]) == [(3, "c"), (4, "d")]
