@@ -167,7 +167,7 @@ def record(mgr: SubscriptionManager, sub: Subscription, lsn: int) -> dict[Row, K
         visit = set(sub.dirty)
     for k in visit:
         h = hist[k]
-        mgr._collect(st, k)
+        mgr.collect(st, k)
         change = sub.pending.pop(k, NONE)
         span = h.open()
         readable = k not in sub.unready
@@ -187,14 +187,14 @@ def landed(mgr: SubscriptionManager, st: State, keys: list[Row], lsn: int) -> No
     """A fill loaded ``keys`` of ``st``, exact at ``lsn`` (its snapshot, or the LSN an
     index fill gated them at) until the updates held since replay: a subscribed one is
     known from ``lsn`` on with these rows."""
-    if lsn not in mgr._ends_set:
+    if lsn not in mgr.ends_set:
         return  # not a packet end (inside a run of writes): no cut can be there
     for fk in keys:
         key = (st, fk)
         subs = mgr.by_key.get(key)
         if not subs:
             continue
-        mgr._collect(st, fk)  # what the log holds so far is in these rows
+        mgr.collect(st, fk)  # what the log holds so far is in these rows
         rows: Counter[Row] | None = None
         for sub in subs:
             sub.pending.pop(fk, None)
@@ -209,15 +209,15 @@ def landed(mgr: SubscriptionManager, st: State, keys: list[Row], lsn: int) -> No
             span = h.open()
             if span is not None:
                 span.known_to, span.fresh = lsn, True
-                mgr._replaying[key] = None
+                mgr.replaying[key] = None
 
 
 def replayed(mgr: SubscriptionManager, lsn: int) -> None:
     """A fill's held updates up to ``lsn`` have replayed: the keys it landed on are known
     at ``lsn``."""
-    for key in mgr._replaying:
+    for key in mgr.replaying:
         st, fk = key
-        mgr._collect(st, fk)
+        mgr.collect(st, fk)
         for sub in mgr.by_key.get(key, ()):
             if sub.hist is None:
                 continue

@@ -101,7 +101,8 @@ class Dataflow:
         views = self.storage.views()
         cp = self.executor.checkpointer
         if cp is not None:
-            views = recover(self, views, self.upquery_timeout * 10)
+            views = recover(self.executor, self.storage, self.adopt_view, views,
+                            self.upquery_timeout * 10)
         for name, sql in views:
             try:
                 self.views.recreate_view(name, sql)

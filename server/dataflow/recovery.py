@@ -21,32 +21,64 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any, Protocol
 
+from partialflow.operators.base import Row
 from partialflow.server.checkpoint import Contents, Manifest
-from partialflow.server.dataflow.packets import Write
+from partialflow.server.dataflow.packets import Packet, Write
 from partialflow.server.dataflow.state import State
 
 if TYPE_CHECKING:
-    from partialflow.server.dataflow.executor import Executor
-    from partialflow.server.dataflow.facade import Dataflow
+    from partialflow.server.dataflow.checkpointer import Checkpointer
+    from partialflow.server.dataflow.evictor import Evictor
 
 log = logging.getLogger("partialflow.checkpoint")
 
 REPLAY_BATCH = 10_000  # log records queued before waiting for the executor to catch up
 
 
-def recover(df: Dataflow, views: list[tuple[str, str]], timeout: float) -> list[tuple[str, str]]:
+class RecoveryExecutor(Protocol):
+    """What recovery needs from the executor."""
+
+    @property
+    def checkpointer(self) -> Checkpointer | None: ...
+    @property
+    def evictor(self) -> Evictor: ...
+    def call(self, fn: Callable[[], Any]) -> Future: ...
+    def restart_at(self, lsn: int) -> None: ...
+    def submit(self, packet: Packet) -> None: ...
+    def wait_for(self, lsn: int, deadline: float) -> None: ...
+
+
+class RecoveryStorage(Protocol):
+    """What recovery needs from storage: where the log starts and ends, and its records."""
+
+    @property
+    def last_lsn(self) -> int: ...
+    def log_start(self) -> int: ...
+    def log_records(self, after: int, upto: int) -> Iterator[Any]: ...
+
+
+# adopt_view(name, sql, contents_for): install a persisted view with its states restored
+# (the view catalog's ``Dataflow.adopt_view``); None if it must start cold.
+AdoptView = Callable[
+    [str, str, Callable[[State], dict[Row, Any] | None]], list[tuple[State, list[Row]]] | None
+]
+
+
+def recover(ex: RecoveryExecutor, storage: RecoveryStorage, adopt_view: AdoptView,
+            views: list[tuple[str, str]], timeout: float) -> list[tuple[str, str]]:
     """Restore what the newest usable checkpoint holds; returns the views still to be
     created cold, in catalog order."""
-    cp = df.executor.checkpointer
+    cp = ex.checkpointer
     assert cp is not None
     t0 = time.monotonic()
-    storage = df.storage
     last = storage.last_lsn
     loaded = cp.store.load(lambda m: _unusable(m, last, storage.log_start()))
     if loaded is None:
-        df.executor.call(lambda: cp.start_tracking(set())).result()
+        ex.call(lambda: cp.start_tracking(set())).result()
         # A cold start restored nothing and replayed nothing: say so (0), so the metrics
         # and stats carry the same keys after every start.
         cp.recovery = {"recovered_from": None, "recovered_keys": 0, "replayed_writes": 0,
@@ -54,14 +86,13 @@ def recover(df: Dataflow, views: list[tuple[str, str]], timeout: float) -> list[
         log.info("no usable checkpoint: views start cold")
         return views
     m, contents = loaded
-    ex = df.executor
     ex.call(lambda: ex.restart_at(m.lsn)).result()
     restored: dict[int, tuple[State, list[Any]]] = {}  # sid -> the keys it restored
     cold: list[tuple[str, str]] = []
     keys = 0
     for name, sql in views:
         try:
-            got = df.adopt_view(name, sql, lambda st: _contents_for(cp, st, contents))
+            got = adopt_view(name, sql, lambda st: _contents_for(cp, st, contents))
         except Exception as e:  # e.g. defined over a view that is left cold
             log.info("view %s starts cold: %s", name, e)
             got = None
@@ -83,7 +114,7 @@ def recover(df: Dataflow, views: list[tuple[str, str]], timeout: float) -> list[
         _drop_orphans(ex)
 
     ex.call(settle).result()
-    replayed = _replay(df, m.lsn, last, timeout)
+    replayed = _replay(ex, storage, m.lsn, last, timeout)
     cp.recovery = {
         "recovered_from": m.seq, "recovered_lsn": m.lsn, "recovered_keys": keys,
         "replayed_writes": replayed, "cold_views": [n for n, _ in cold],
@@ -107,7 +138,7 @@ def _contents_for(cp: Any, st: State, contents: Contents) -> dict[Any, dict[Any,
     return contents.get(cp.signature(st))
 
 
-def _drop_orphans(ex: Executor) -> None:
+def _drop_orphans(ex: RecoveryExecutor) -> None:
     """Evict restored keys whose same key below is not filled (see module docstring)."""
     for st in sorted(ex.evictor.states.values(), key=lambda s: s.node.nid):
         for fk in st.filled_keys():
@@ -116,11 +147,11 @@ def _drop_orphans(ex: Executor) -> None:
                 ex.evictor.evict(st, fk)
 
 
-def _replay(df: Dataflow, after: int, last: int, timeout: float) -> int:
+def _replay(ex: RecoveryExecutor, storage: RecoveryStorage, after: int, last: int,
+            timeout: float) -> int:
     """Replay the logged writes (after, last] through the executor; wait until applied."""
-    ex = df.executor
     n = 0
-    for rec in df.storage.log_records(after, last):
+    for rec in storage.log_records(after, last):
         ex.submit(Write(rec))
         n += 1
         if n % REPLAY_BATCH == 0:

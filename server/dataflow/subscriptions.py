@@ -124,11 +124,12 @@ class SubscriptionManager:
         self.packet_lsn = 0  # the LSN of the last packet end (under the lock)
         self.pins = Pins(executor.evictor, executor.fills.prefetcher, self.by_key)
         self.deferred: dict[tuple[State, Row], float] = {}  # hole -> when first deferred
-        # Subscribed keys a fill landed on in this packet: their held updates replay.
-        self._replaying: dict[tuple[State, Row], None] = {}
+        # Subscribed keys a fill landed on in this packet: their held updates replay (cuts.py
+        # adds them, the packet end clears them).
+        self.replaying: dict[tuple[State, Row], None] = {}
         # Recent packet-end LSNs: a subscription's cut must be one (cuts.py).
         self._ends: deque[int] = deque(maxlen=4096)
-        self._ends_set: set[int] = set()
+        self.ends_set: set[int] = set()
 
     @property
     def active(self) -> bool:
@@ -279,12 +280,12 @@ class SubscriptionManager:
                 if sub.error is None:
                     self._flush(sub, lsn)
             self.packet_lsn = lsn
-        self._replaying.clear()
+        self.replaying.clear()
         if not self._ends or self._ends[-1] != lsn:
             if len(self._ends) == self._ends.maxlen:
-                self._ends_set.discard(self._ends[0])
+                self.ends_set.discard(self._ends[0])
             self._ends.append(lsn)
-            self._ends_set.add(lsn)
+            self.ends_set.add(lsn)
         self._remove_dropped()
         if asked:  # issue the refills soon, not at the next write
             self.ex.wake_at(self.ex.clock())
@@ -345,7 +346,7 @@ class SubscriptionManager:
             sub.started = True
             if not sub.resumed:
                 for k in sub.keys:  # the other subscribers' share of what is logged
-                    self._collect(st, k)
+                    self.collect(st, k)
                 snap: list[KeyChange] = [
                     (k, present(plan, st.bucket_rows(k)), []) for k in sub.keys
                 ]
@@ -401,7 +402,7 @@ class SubscriptionManager:
         for h in hist.values():
             h.rebase(cut)
 
-    def _collect(self, st: State, fk: Row) -> None:
+    def collect(self, st: State, fk: Row) -> None:
         """Hand the change logged at ``fk`` since the last take to each of its
         subscriptions (a key's log is taken once, whichever subscription comes first)."""
         change = st.changelog.take_watched(fk, st.anomalies == 0)
@@ -425,7 +426,7 @@ class SubscriptionManager:
         for k in sub.keys:  # in the order subscribed: reproducible batches
             if k not in sub.dirty:
                 continue
-            self._collect(st, k)
+            self.collect(st, k)
             change = sub.pending.pop(k, _NONE)
             if change is _NONE:
                 continue  # no row of it changed (every change of a watched key is logged)
