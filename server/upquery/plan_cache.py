@@ -241,18 +241,13 @@ def key_filter_sql(cols: list[int], keys: set[Row]) -> str | None:
     if not live:
         return "false"
     try:
-        if any(isinstance(v, float) for k in live for v in k):
-            if len(cols) == 1:
-                return f"_c{cols[0]} IN ({', '.join(sql_literal(k[0]) for k in live)})"
-            return " OR ".join(
-                "(" + " AND ".join(f"_c{c} = {sql_literal(v)}"
-                                   for c, v in zip(cols, k, strict=True)) + ")"
-                for k in live
-            )
+        # ", NULL" keeps Spark from inlining the literal (one compiled stage for every key);
+        # float keys keep the plain form.
+        tail = "" if any(isinstance(v, float) for k in live for v in k) else ", NULL"
         if len(cols) == 1:
-            return f"_c{cols[0]} IN ({', '.join(sql_literal(k[0]) for k in live)}, NULL)"
+            return f"_c{cols[0]} IN ({', '.join(sql_literal(k[0]) for k in live)}{tail})"
         return " OR ".join(
-            "(" + " AND ".join(f"_c{c} IN ({sql_literal(v)}, NULL)"
+            "(" + " AND ".join(f"_c{c} IN ({sql_literal(v)}{tail})"
                                for c, v in zip(cols, k, strict=True)) + ")"
             for k in live
         )
