@@ -26,6 +26,16 @@ misses under a 20 writes/s stream showed the plan rebuilt call by call taking ab
 of each miss. The swap needs the JVM's plan objects: through Spark Connect such fills are
 built as before, and so are fills of more than ``MANY_KEYS`` keys (a semi-join with an
 Arrow batch of keys).
+
+Segments change too: under a steady write stream every table gets a new segment at each
+flush (every second by default), so a plan keyed by its segment files was rebuilt for
+nearly every miss (a trace under writes: every subscription refill's plan rebuilt, 1-2 s
+of its 4-5 s on a loaded machine). So on a classic session a plan is keyed by the *shape*
+of each table's segments (whether there are any, whether any has deletes or diffs above
+1, where rows above the snapshot are cut) and keeps the scan leaves (``LogicalRelation``)
+that read them; a fill whose snapshot has other segment files swaps in a scan of those
+(the same schema, so the same output columns) in the same ``transformUp``. A table whose
+scan leaves cannot all be told apart from the plan is keyed by its files, as before.
 """
 
 from __future__ import annotations
@@ -43,6 +53,7 @@ from partialflow.operators.base import Row
 from partialflow.server.dataflow.graph import Node
 from partialflow.server.dataflow.state import State
 from partialflow.server.errors import InvalidArgument
+from partialflow.server.storage.segments import read_segments
 from partialflow.server.upquery.state_plans import (
     MANY_KEYS,
     BaseFilters,
@@ -81,7 +92,8 @@ class PlanCache:
         nodes = [n for n in base_nodes(st) if n.table is not None]
         mem = {n.nid: snapshot.table_view(n.table).mem for n in nodes}
         shape["unflushed"] = any(mem.values())
-        ident = _identity(st, snapshot, generation) if st.partial_cols else None
+        swappable = spark is not None and hasattr(spark, "_jsparkSession")  # not Connect
+        ident = _identity(st, snapshot, generation, swappable) if st.partial_cols else None
         if ident is None or len(keys) > MANY_KEYS:
             return state_frame(st, keys, snapshot, {}, scans)
         with self._lock:
@@ -100,9 +112,18 @@ class PlanCache:
         if scans is not None:  # the figure: what the traced filters let each scan skip
             scans.extend((n.table, pushed_names(n, filters)) for n in nodes
                          if n.table is not None)
+        if not kept.current(snapshot):  # a table's scans could not be told apart
+            shape["cached"] = False
+            kept = _build(st, snapshot, nodes, mem, spark)
+            if kept is None:
+                return state_frame(st, keys, snapshot, {}, scans)
+            with self._lock:
+                self.hits -= 1
+                self.misses += 1
+                self._plans[ident] = kept
         plan = kept.plan
-        if kept.slots:
-            plan = _with_unflushed(kept, snapshot, {n.nid: n for n in nodes}, filters)
+        if kept.slots or kept.scans:
+            plan = _swapped(kept, snapshot, {n.nid: n for n in nodes}, filters)
         text = key_filter_sql(key_columns(st), keys)
         if text is None:  # a key no SQL literal spells: compare it as before
             return keep_keys(plan, key_columns(st), keys)
@@ -129,6 +150,14 @@ class Kept:
     # reads twice (a self-join, a grouped state's candidates) under new attribute ids, so
     # a table's stand-ins are found in the analyzed plan by their schema, not by identity.
     slots: tuple[tuple[str, tuple[int, ...], tuple[Any, ...]], ...] = ()
+    # (table, the segment files the plan was built over, its scan leaves of them); no
+    # leaves: they could not be told apart, so only those very files can be read.
+    scans: tuple[tuple[str, tuple[str, ...], tuple[Any, ...]], ...] = ()
+
+    def current(self, snapshot: Any) -> bool:
+        """Whether the plan can read ``snapshot``'s segments (as built, or swapped)."""
+        return all(leaves or files == _files(snapshot, table)
+                   for table, files, leaves in self.scans)
 
 
 def _build(st: State, snapshot: Any, nodes: list[Node], mem: dict[int, tuple],
@@ -152,29 +181,48 @@ def _build(st: State, snapshot: Any, nodes: list[Node], mem: dict[int, tuple],
         memo[n.nid] = df.toDF(*[f"_c{i}" for i in range(len(df.columns))])
         tables.setdefault(n.table, []).append(n.nid)
     plan = state_base(st, snapshot, memo, {})
-    if not tables:
+    classic = spark is not None and hasattr(spark, "_jsparkSession")
+    if not tables and not classic:
         return Kept(plan)
     sigs = {snapshot.table_view(t).schema.segment_spark_schema().simpleString(): t
             for t in tables}
     if len(sigs) < len(tables):
         return None
     found: dict[str, list[Any]] = {t: [] for t in tables}
+    # Each segment file read, by its path: a scan leaf belongs to the table whose files
+    # it reads.
+    owner = {path: n.table for n in nodes if n.table is not None
+             for path in _paths(snapshot, n.table)}
+    scans: dict[str, list[Any]] = {t: [] for t in owner.values()}
+    strangers = False  # a scan leaf of files this snapshot does not name
     leaves = plan._jdf.queryExecution().analyzed().collectLeaves()
     for i in range(leaves.size()):
         leaf = leaves.apply(i)
-        if leaf.getClass().getSimpleName() == "LocalRelation" and leaf.data().isEmpty():
+        kind = leaf.getClass().getSimpleName()
+        if kind == "LocalRelation" and leaf.data().isEmpty():
             table = sigs.get(leaf.schema().simpleString())
             if table is not None:
                 found[table].append(leaf)
-    return Kept(plan, tuple((t, tuple(tables[t]), tuple(found[t])) for t in tables))
+        elif kind == "LogicalRelation" and classic:
+            read = _leaf_files(leaf)
+            tables_read = {owner.get(f) for f in read}
+            if len(tables_read) == 1 and None not in tables_read:
+                scans[tables_read.pop()].append(leaf)  # type: ignore[index]
+            else:
+                strangers = True
+    kept_scans = tuple((t, _files(snapshot, t), () if strangers else tuple(ls))
+                       for t, ls in scans.items())
+    return Kept(plan, tuple((t, tuple(tables[t]), tuple(found[t])) for t in tables),
+                kept_scans)
 
 
-def _with_unflushed(kept: Kept, snapshot: Any, nodes: dict[int, Node],
-                    filters: BaseFilters) -> DataFrame:
+def _swapped(kept: Kept, snapshot: Any, nodes: dict[int, Node],
+             filters: BaseFilters) -> DataFrame:
     """``kept.plan`` with each stand-in replaced by the snapshot's unflushed rows of its
     table that the fill's keys can reach (filtered in Python, as ``table_df`` does, when
     every node of the table is filtered alike; a superset is fine, the key filter on top
-    is exact): one ``transformUp`` in the JVM instead of building the plan again."""
+    is exact), and each scan of segments the snapshot no longer has by a scan of its
+    segments: one ``transformUp`` in the JVM instead of building the plan again."""
     plan = kept.plan
     spark = plan.sparkSession
     jvm: Any = spark._jvm  # a classic session: _build kept no stand-in otherwise
@@ -193,6 +241,14 @@ def _with_unflushed(kept: Kept, snapshot: Any, nodes: dict[int, Node],
         data = rows._jdf.queryExecution().analyzed().data()
         for leaf in leaves:
             swaps.put(leaf, leaf.copy(leaf.output(), data, leaf.isStreaming(), leaf.stream()))
+    for table, files, leaves in kept.scans:
+        if not leaves or files == _files(snapshot, table):
+            continue  # Kept.current: those very files
+        tv = snapshot.table_view(table)
+        relation = read_segments(spark, tv.schema, _paths(snapshot, table)) \
+            ._jdf.queryExecution().analyzed().relation()
+        for leaf in leaves:
+            swaps.put(leaf, _with_relation(leaf, relation))
     if swaps.isEmpty():
         return plan
     rule = jvm.scala.jdk.javaapi.CollectionConverters.asScala(swaps)  # a PartialFunction
@@ -207,10 +263,47 @@ def _dataset_of(jvm: Any, jsession: Any, logical: Any) -> Any:
         return jvm.org.apache.spark.sql.Dataset.ofRows(jsession, logical)
 
 
-def _identity(st: State, snapshot: Any, generation: int) -> Hashable | None:
-    """What the state's unfiltered plan depends on: each base table's segments, where rows
-    above the snapshot are cut, its schema, and whether it has unflushed rows (their plan
-    has a stand-in for them) that may delete (then rows are consolidated by grouping)."""
+def _with_relation(leaf: Any, relation: Any) -> Any:
+    """Scan leaf ``leaf`` reading ``relation`` (other files of the same schema) under its
+    own output columns."""
+    try:  # Spark 4: LogicalRelation(relation, output, catalogTable, isStreaming, stream)
+        return leaf.copy(relation, leaf.output(), leaf.catalogTable(), leaf.isStreaming(),
+                         leaf.stream())
+    except Exception:  # noqa: BLE001 - Spark 3.5 has no stream
+        return leaf.copy(relation, leaf.output(), leaf.catalogTable(), leaf.isStreaming())
+
+
+def _leaf_files(leaf: Any) -> set[str]:
+    """The files a ``LogicalRelation`` scan leaf reads (its file index's root paths, as
+    local paths); empty when it is not a scan of listed files."""
+    try:
+        roots = leaf.relation().location().rootPaths()
+        uris = [roots.apply(i).toUri() for i in range(roots.size())]
+        return {u.getPath() for u in uris}
+    except Exception:  # noqa: BLE001 - not a file scan: not ours to swap
+        return set()
+
+
+def _segments(snapshot: Any, table: str) -> list[Any]:
+    tv = snapshot.table_view(table)
+    return [s for s in tv.segments if s.min_lsn <= snapshot.lsn]
+
+
+def _files(snapshot: Any, table: str) -> tuple[str, ...]:
+    return tuple(s.file for s in _segments(snapshot, table))
+
+
+def _paths(snapshot: Any, table: str) -> list[str]:
+    tv = snapshot.table_view(table)
+    return [str(tv.table_dir / s.file) for s in _segments(snapshot, table)]
+
+
+def _identity(st: State, snapshot: Any, generation: int, swappable: bool) -> Hashable | None:
+    """What the state's unfiltered plan depends on: each base table's segments (their
+    files; ``swappable``: only what shapes the plan over them, as other files are swapped
+    in), where rows above the snapshot are cut, its schema, and whether it has unflushed
+    rows (their plan has a stand-in for them) that may delete (then rows are
+    consolidated by grouping)."""
     parts: list[Hashable] = [st.sid, generation]
     for node in base_nodes(st):
         assert node.table is not None  # base_nodes gives base table nodes only
@@ -218,8 +311,10 @@ def _identity(st: State, snapshot: Any, generation: int) -> Hashable | None:
         segs = [s for s in tv.segments if s.min_lsn <= snapshot.lsn]
         cut = snapshot.lsn if any(s.max_lsn > snapshot.lsn for s in segs) else None
         unflushed = (bool(tv.mem), any(e.ndel for e in tv.mem))
-        parts.append((node.nid, tv.table_id, tv.schema, tuple(s.file for s in segs), cut,
-                      unflushed))
+        stored: Hashable = (
+            (bool(segs), any(s.neg for s in segs), any(s.max_diff > 1 for s in segs))
+            if swappable else tuple(s.file for s in segs))
+        parts.append((node.nid, tv.table_id, tv.schema, stored, cut, unflushed))
     return tuple(parts)
 
 
