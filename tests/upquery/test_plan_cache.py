@@ -59,6 +59,44 @@ def _rows(df) -> Counter:
     return Counter(value(r) for r in df.collect())
 
 
+def _info_visit(server, uniq) -> tuple[str, str, str, str]:
+    """Tables info and visit, a MAX over their join and a self-join of visit (flushed)."""
+    info, visit = f"{uniq}info", f"{uniq}visit"
+    agg, pairs = f"{uniq}agg", f"{uniq}pairs"
+    with server.client() as c:
+        c.execute(f"CREATE TABLE {info} (product TEXT, category TEXT)")
+        c.execute(f"CREATE TABLE {visit} (product TEXT, user TEXT, length BIGINT)")
+        c.insert(info, [(f"p{i}", f"c{i % 3}") for i in range(9)])
+        c.insert(visit, [(f"p{i % 9}", f"u{i % 4}", i) for i in range(60)])
+        c.execute(f"CREATE VIEW {agg} AS SELECT category, MAX(length) AS m, SUM(length) AS s, "
+                  f"COUNT(*) AS n FROM {info} JOIN {visit} ON {info}.product = "
+                  f"{visit}.product WHERE category = ? GROUP BY category")
+        c.execute(f"CREATE VIEW {pairs} AS SELECT a.user AS u, b.product AS p FROM {visit} a "
+                  f"JOIN {visit} b ON a.product = b.product WHERE a.user = ?")
+        c.flush()
+    return info, visit, agg, pairs
+
+
+def _check_fills(c, cache, snap, lsn, cases, spark) -> int:
+    """Each case's keys through ``cache`` at ``snap``: equal to the fill's own plan and
+    (a grouped state's groups) to Spark SQL at ``lsn``; returns the fills checked."""
+    n = 0
+    for st, sql, keys in cases:
+        for k in keys:
+            got = _rows(cache.frame(st, {(k,)}, snap, spark=spark))
+            # A grouped state's rows hold MAX as a candidate list: compared with the
+            # fill's own plan, and the group's presence with Spark SQL.
+            assert got == _rows(state_frame(st, {(k,)}, snap, {})), (lsn, k)
+            if st.kind == "grouped":
+                got = Counter((r[0],) for r in got)
+            want = c.query(sql.format(k=k), as_of=lsn).rows
+            if st.kind == "grouped":
+                want = [(r[0],) for r in want]
+            assert got == Counter(tuple(r) for r in want), (lsn, k)
+            n += 1
+    return n
+
+
 def _grouped_state(server, view):
     return server.engine.dataflow.reader(view).state.below[0]
 
@@ -139,19 +177,7 @@ def test_kept_plans_with_unflushed_rows_answer_as_spark_sql_at_each_lsn(server, 
     """A plan kept with a stand-in for unflushed rows, reused by fills whose snapshots hold
     different unflushed rows (inserts, deletes, a self-join reaching one table twice), gives
     the rows of the fill's own plan and of Spark SQL over the tables at that LSN."""
-    info, visit = f"{uniq}info", f"{uniq}visit"
-    agg, pairs = f"{uniq}agg", f"{uniq}pairs"
-    with server.client() as c:
-        c.execute(f"CREATE TABLE {info} (product TEXT, category TEXT)")
-        c.execute(f"CREATE TABLE {visit} (product TEXT, user TEXT, length BIGINT)")
-        c.insert(info, [(f"p{i}", f"c{i % 3}") for i in range(9)])
-        c.insert(visit, [(f"p{i % 9}", f"u{i % 4}", i) for i in range(60)])
-        c.execute(f"CREATE VIEW {agg} AS SELECT category, MAX(length) AS m, SUM(length) AS s, "
-                  f"COUNT(*) AS n FROM {info} JOIN {visit} ON {info}.product = "
-                  f"{visit}.product WHERE category = ? GROUP BY category")
-        c.execute(f"CREATE VIEW {pairs} AS SELECT a.user AS u, b.product AS p FROM {visit} a "
-                  f"JOIN {visit} b ON a.product = b.product WHERE a.user = ?")
-        c.flush()
+    info, visit, agg, pairs = _info_visit(server, uniq)
     # No background flush meanwhile: the rows written now stay unflushed in every snapshot.
     storage = server.engine.storage
     interval, storage.flush_interval = storage.flush_interval, 3600.0
@@ -181,18 +207,7 @@ def _check_unflushed(server, spark, storage, info, visit, agg, pairs) -> None:
         for lsn in lsns:
             with storage.snapshot(lsn) as snap:
                 assert snap.table_view(visit).mem  # the case under test
-                for st, sql, keys in cases:
-                    for k in keys:
-                        got = _rows(cache.frame(st, {(k,)}, snap, spark=spark))
-                        if st.kind == "grouped":
-                            # Its rows hold MAX as a candidate list: compared with the
-                            # fill's own plan, and the group's presence with Spark SQL.
-                            assert got == _rows(state_frame(st, {(k,)}, snap, {})), (lsn, k)
-                            got = Counter((r[0],) for r in got)
-                        want = c.query(sql.format(k=k), as_of=lsn).rows
-                        if st.kind == "grouped":
-                            want = [(r[0],) for r in want]
-                        assert got == Counter(tuple(r) for r in want), (lsn, k)
+                _check_fills(c, cache, snap, lsn, cases, spark)
     stats = cache.stats()
     # One plan per state and kind of unflushed rows (with or without deletes, per table),
     # not one per fill: the rest were kept plans with the fill's rows swapped in.
@@ -207,20 +222,9 @@ def test_kept_plans_read_the_snapshots_segments_after_flushes_and_a_compaction(
     the rows of the fill's own plan and of Spark SQL at that LSN, for a join with a MAX and
     a self-join (one table scanned twice): the new files are swapped into the kept plan,
     not the plan rebuilt per flush."""
-    info, visit = f"{uniq}info", f"{uniq}visit"
-    agg, pairs = f"{uniq}agg", f"{uniq}pairs"
+    info, visit, agg, pairs = _info_visit(server, uniq)
     storage = server.engine.storage
     with server.client() as c:
-        c.execute(f"CREATE TABLE {info} (product TEXT, category TEXT)")
-        c.execute(f"CREATE TABLE {visit} (product TEXT, user TEXT, length BIGINT)")
-        c.insert(info, [(f"p{i}", f"c{i % 3}") for i in range(9)])
-        c.insert(visit, [(f"p{i % 9}", f"u{i % 4}", i) for i in range(60)])
-        c.execute(f"CREATE VIEW {agg} AS SELECT category, MAX(length) AS m, SUM(length) AS s, "
-                  f"COUNT(*) AS n FROM {info} JOIN {visit} ON {info}.product = "
-                  f"{visit}.product WHERE category = ? GROUP BY category")
-        c.execute(f"CREATE VIEW {pairs} AS SELECT a.user AS u, b.product AS p FROM {visit} a "
-                  f"JOIN {visit} b ON a.product = b.product WHERE a.user = ?")
-        c.flush()
         sql_agg = (f"SELECT category, MAX(length), SUM(length), COUNT(*) FROM {info} JOIN "
                    f"{visit} ON {info}.product = {visit}.product WHERE category = '{{k}}' "
                    "GROUP BY category")
@@ -234,19 +238,10 @@ def test_kept_plans_read_the_snapshots_segments_after_flushes_and_a_compaction(
         def check(lsn: int) -> None:
             nonlocal checks
             with storage.snapshot(lsn) as snap:
-                for st, sql, keys in cases:
-                    for k in keys:
-                        got = _rows(cache.frame(st, {(k,)}, snap, spark=spark))
-                        assert got == _rows(state_frame(st, {(k,)}, snap, {})), (lsn, k)
-                        if st.kind == "grouped":  # MAX as candidates: the group's presence
-                            got = Counter((r[0],) for r in got)
-                        want = c.query(sql.format(k=k), as_of=lsn).rows
-                        if st.kind == "grouped":
-                            want = [(r[0],) for r in want]
-                        assert got == Counter(tuple(r) for r in want), (lsn, k)
-                        checks += 1
+                checks += _check_fills(c, cache, snap, lsn, cases, spark)
 
         check(c.flush())
+
         def segments() -> int:
             with storage.snapshot(storage.last_lsn) as snap:
                 return len(snap.table_view(visit).segments)
