@@ -34,8 +34,8 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 from partialflow.operators.base import Delta, Row
-from partialflow.server.dataflow.bounds import KeyBounds
 from partialflow.server.dataflow import gcpause
+from partialflow.server.dataflow.bounds import KeyBounds
 from partialflow.server.dataflow.evictor import Evictor
 from partialflow.server.dataflow.fill import Held
 from partialflow.server.dataflow.fills import FillCoordinator
