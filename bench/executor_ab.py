@@ -20,7 +20,11 @@ Workloads (every view key filled, so every row does real work):
 * ``whole``: a view read whole (no parameter: one reader key), bids counted per auction
   over 100,000 auctions, 100-row writes: what publishing a big key costs per write;
 * ``subscribed``: the same, with a subscription to that key (the change of every write
-  sent): what streaming a big key's changes costs per write.
+  sent): what streaming a big key's changes costs per write;
+* ``visits1``, ``nexmark1`` (1-row writes) and ``visits100``, ``nexmark100`` (100-row
+  writes): the same views with ``bench/dataflow_deltas.py``'s tables (1,000 products in 20
+  categories, 2,000 auctions in 10): the fixed cost of a packet, as ``bench/peers.py``
+  compares it with Pathway.
 
     python bench/executor_ab.py [--baseline REV] [--rounds 2] [--workloads visits,nexmark]
 
@@ -43,7 +47,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 # rows per write, writes
 WORKLOADS = {"visits": (1000, 45), "nexmark": (10_000, 15), "whole": (100, 300),
-             "subscribed": (100, 150)}
+             "subscribed": (100, 150),
+             # bench/dataflow_deltas.py's (and bench/peers.py's) shape, small writes: what
+             # a write costs beyond its rows (the fixed cost per packet)
+             "visits1": (1, 3000), "nexmark1": (1, 3000),
+             "visits100": (100, 300), "nexmark100": (100, 150)}
 
 
 def measure(root: Path, workload: str) -> float:
@@ -73,8 +81,9 @@ def measure(root: Path, workload: str) -> float:
 
 
 def _setup(h, workload: str, batch: int, rng: random.Random):  # type: ignore[no-untyped-def]
-    if workload == "visits":
-        products, categories = 20_000, 1_000
+    small = workload[-1].isdigit()  # visits1, nexmark100...: dataflow_deltas.py's tables
+    if workload.startswith("visits"):
+        products, categories = (1_000, 20) if small else (20_000, 1_000)
         h.table("info", [("product", "TEXT"), ("category", "TEXT")],
                 [(f"p{i}", f"c{i % categories}") for i in range(products)])
 
@@ -83,7 +92,7 @@ def _setup(h, workload: str, batch: int, rng: random.Random):  # type: ignore[no
                     rng.randrange(10**6))
 
         h.table("visit", [("product", "TEXT"), ("user_name", "TEXT"), ("length", "BIGINT")],
-                [visit() for _ in range(200_000)])
+                [visit() for _ in range(2_000 if small else 200_000)])
         h.view("max_visit", "SELECT category, MAX(length) AS max_length FROM info JOIN visit "
                             "ON info.product = visit.product WHERE category = ? GROUP BY category")
         h.lookup("max_visit", [(f"c{i}",) for i in range(categories)])

@@ -91,6 +91,9 @@ class KeyBound:
         """``widen`` by each of ``values``; in C for the usual batch of plain ints."""
         if not values:
             return
+        if len(values) == 1:  # a 1-row write: one widen, not the batch's five steps
+            self.widen(values[0])
+            return
         if not set(map(type, values)) <= {int}:
             for v in values:  # NULLs are skipped; anything else disables the bound
                 self.widen(v)

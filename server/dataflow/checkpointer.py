@@ -150,8 +150,9 @@ class Checkpointer:
         if not self.enabled:
             return
         if self._work is None:
-            with self._lock:
-                asked = bool(self._requests)
+            # Read without the lock (this runs after every packet): a request appends
+            # before it submits the Tick whose packet then sees it here.
+            asked = bool(self._requests)
             # After failures in a row (a full disk, most likely), wait 2, 4, 8, 16 times
             # the interval: a failed one forces a full checkpoint next, the costliest kind.
             wait = self.interval * 2 ** min(self._streak, 4)

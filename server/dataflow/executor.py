@@ -34,11 +34,11 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 from partialflow.operators.base import Delta, Row
+from partialflow.server.dataflow import gcpause
 from partialflow.server.dataflow.bounds import KeyBounds
 from partialflow.server.dataflow.evictor import Evictor
 from partialflow.server.dataflow.fill import Held
 from partialflow.server.dataflow.fills import FillCoordinator
-from partialflow.server.dataflow.gcpause import collection_deferred
 from partialflow.server.dataflow.graph import Graph
 from partialflow.server.dataflow.inbox import Inbox
 from partialflow.server.dataflow.joinmiss import JoinMisses, feeds_miss_index
@@ -86,8 +86,10 @@ class Executor:
         self.applied_lsn = start_lsn
         self.lock = threading.RLock()
         self.lsn_changed = threading.Condition(self.lock)
+        self._lsn_waiters = 0  # threads in wait_for's wait (under the lock)
         self.inbox = Inbox(clock)  # packets in; writes queued back to back come out as runs
         self.stats = Stats()
+        self._counters = self.stats.counters  # bumped in place on the per-packet path
         self.publisher = Publisher(start_lsn)
         self.fills = FillCoordinator(self, runner, self.stats, upquery_timeout=upquery_timeout,
                                      clock=clock, prefetch=index_prefetch)
@@ -206,7 +208,13 @@ class Executor:
                     raise DeadlineExceeded(
                         f"timed out waiting for LSN {lsn} (applied: {self.applied_lsn})"
                     )
-                self.lsn_changed.wait(min(left, 0.5))
+                # Counted under the lock the executor notifies under: it skips the
+                # notification when nobody waits (most packets).
+                self._lsn_waiters += 1
+                try:
+                    self.lsn_changed.wait(min(left, 0.5))
+                finally:
+                    self._lsn_waiters -= 1
 
     # -- the loop ----------------------------------------------------------------------
     def _loop(self) -> None:
@@ -235,40 +243,52 @@ class Executor:
         return n
 
     def _run(self, packet: Packet, expire: bool = False) -> None:
+        # Paid once per packet, so once per write at one row per write: kept to plain
+        # calls (no generator context manager; the counter bumped in place; waiters
+        # notified only if there are any).
         with self.lock:
             t0 = time.perf_counter_ns()
-            with collection_deferred():  # gcpause.py: no collections inside a packet
-                try:
-                    self._handle(packet)
-                    # Deadlines must bite under steady writes too, not only when idle.
-                    # Before after_packet: misses waiting for a fill slot go out in this
-                    # packet.
-                    if expire or self.clock() - self._last_expiry > EXPIRY_EVERY:
-                        self._last_expiry = self.clock()
-                        self.fills.expire()
-                    self.after_packet()
-                except Exception:  # never let one packet kill the executor
-                    log.exception("executor packet %s failed", type(packet).__name__)
-            self.stats.count("busy_ns", time.perf_counter_ns() - t0)
-            self.lsn_changed.notify_all()
+            collecting = gcpause.pause()  # no collections inside a packet
+            try:
+                self._handle(packet)
+                # Deadlines must bite under steady writes too, not only when idle.
+                # Before after_packet: misses waiting for a fill slot go out in this
+                # packet.
+                now = self.clock()
+                if expire or now - self._last_expiry > EXPIRY_EVERY:
+                    self._last_expiry = now
+                    self.fills.expire()
+                self.after_packet()
+            except Exception:  # never let one packet kill the executor
+                log.exception("executor packet %s failed", type(packet).__name__)
+            finally:
+                gcpause.resume(collecting)
+            self._counters["busy_ns"] += time.perf_counter_ns() - t0
+            if self._lsn_waiters:
+                self.lsn_changed.notify_all()
 
     def _handle(self, packet: Packet) -> None:
         if isinstance(packet, Write) and isinstance(packet.record, TxRecord):
             self._apply_tx(packet.record)
         elif isinstance(packet, (Write, WriteRun)):
-            records = packet.records if isinstance(packet, WriteRun) else [packet.record]
+            records = packet.records if isinstance(packet, WriteRun) else (packet.record,)
             table, lsn = records[0].table, records[-1].lsn
-            deltas: list[Delta] = []
-            for rec in records:
+            if len(records) == 1:  # most packets: one write's deltas, built in one call
+                rec = records[0]
                 self.bounds.on_write(table, rec.rows, rec.diffs)
-                deltas.extend(zip(rec.rows, rec.diffs, strict=True))
+                deltas: list[Delta] = list(zip(rec.rows, rec.diffs, strict=True))
+            else:
+                deltas = []
+                for rec in records:
+                    self.bounds.on_write(table, rec.rows, rec.diffs)
+                    deltas.extend(zip(rec.rows, rec.diffs, strict=True))
             base = self.graph.bases.get(table)
             if base is not None and base.children:
                 self.propagator.propagate([(c, i, deltas) for c, i in base.children], lsn)
             self.applied_lsn = lsn
-            self.stats.count("writes_applied", len(records))
+            self._counters["writes_applied"] += len(records)
             if len(records) > 1:
-                self.stats.count("writes_coalesced", len(records))
+                self._counters["writes_coalesced"] += len(records)
         elif isinstance(packet, Miss):
             for k in packet.keys:
                 self.fills.want(packet.state, k, packet.waiter)
@@ -316,12 +336,19 @@ class Executor:
 
     def after_packet(self) -> None:
         """End of a packet: account and republish what changed, keep the memory limit,
-        issue gathered misses, publish for lock-free readers."""
-        self._account_changes()
-        self.fills.issue_wanted()
-        if self._changed.keys:  # keys derived from filled state while issuing (no upquery)
+        issue gathered misses, publish for lock-free readers. Each step is skipped when it
+        has nothing to do: this runs once per write at one row per write."""
+        if self._changed.keys:
             self._account_changes()
-        self.account_reads()
+        else:  # no key to list, but writes may have grown states past the limit
+            self.evictor.enforce_memory()
+        fills = self.fills
+        if fills.wanted or fills.index.new:
+            fills.issue_wanted()
+            if self._changed.keys:  # keys derived from filled state while issuing (no upquery)
+                self._account_changes()
+        if self.publisher.reads_logged():
+            self.account_reads()
         subs = self.subscriptions
         if subs is not None and subs.active:  # before publish: it clears the changed keys
             subs.after_packet(self.publisher.peek_changed(), self.applied_lsn)

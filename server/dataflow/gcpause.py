@@ -11,24 +11,25 @@ to see what is still young when the packet ends, once.
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 
-@contextmanager
-def collection_deferred() -> Iterator[None]:
-    """Pause the collector (if on) for the block; when it ends, run the collection the
-    block put off, if one became due, so its cost counts where it was incurred."""
+def pause() -> bool:
+    """Pause the collector for one packet; returns whether it was on (for ``resume``).
+    Two plain calls rather than a context manager: they run once per packet, and so once
+    per write at one row per write."""
     collecting = gc.isenabled()
     if collecting:
         gc.disable()
-    try:
-        yield
-    finally:
-        if collecting:
-            gc.enable()
-            # The first container allocated with the collector on runs the put-off
-            # collection, with CPython's own choice of generation (a forced gen-0 one
-            # each time would leave the older generations to allocations between
-            # packets, which a busy executor barely leaves room for).
-            _ = []
+    return collecting
+
+
+def resume(collecting: bool) -> None:
+    """End ``pause``: when it was on, run the collection the packet put off, if one became
+    due, so its cost counts where it was incurred."""
+    if collecting:
+        gc.enable()
+        # The first container allocated with the collector on runs the put-off
+        # collection, with CPython's own choice of generation (a forced gen-0 one
+        # each time would leave the older generations to allocations between
+        # packets, which a busy executor barely leaves room for).
+        _ = []

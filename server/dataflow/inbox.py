@@ -44,7 +44,10 @@ class Inbox:
         self.coalesce_rows = COALESCE_ROWS  # 0: every write is its own packet
         self._urgent: deque[Packet] = deque()
         self._ordered: deque[Packet] = deque()  # everything else, in arrival order
-        self._ready = threading.Condition(threading.Lock())
+        # Held by ``with self._lock`` (a C lock) rather than the Condition's own
+        # __enter__/__exit__ (two Python calls, on every put and take: every write).
+        self._lock = threading.Lock()
+        self._ready = threading.Condition(self._lock)
         # When a timer will next poke the loop. Set by the executor thread, cleared by the
         # timer's thread: guarded by its own lock (the executor's may be held long).
         self._wake: float | None = None
@@ -52,24 +55,24 @@ class Inbox:
         self.timers = True  # False when stepped: ``take_nowait`` ticks once a wake is due
 
     def put(self, packet: Packet) -> None:
-        with self._ready:
+        with self._lock:
             (self._urgent if isinstance(packet, URGENT) else self._ordered).append(packet)
             self._ready.notify()
 
     def empty(self) -> bool:
-        with self._ready:
+        with self._lock:
             return not self._urgent and not self._ordered
 
     def take(self, timeout: float) -> Packet | None:
         """The next packet, waiting up to ``timeout`` seconds (None: nothing came)."""
-        with self._ready:
+        with self._lock:
             if not self._urgent and not self._ordered:
                 self._ready.wait(timeout)
             return self._next()
 
     def take_nowait(self) -> Packet | None:
         """The next packet, or a tick if a wake time has passed, or None (stepped mode)."""
-        with self._ready:
+        with self._lock:
             packet = self._next()
         if packet is not None:
             return packet

@@ -30,16 +30,18 @@ class SizeMeter:
     every state's total at each packet's end instead of re-reading the size of each key a
     write changed), and the sampled mean size of one row or group."""
 
-    __slots__ = ("sizes", "total", "_mean", "_samples", "_until_sample")
+    __slots__ = ("sizes", "total", "_mean", "_samples", "until_sample")
 
     def __init__(self) -> None:
         self.sizes: dict[Row, int] = {}
         self.total = 0
         # The mean size of a row or group sampled, the samples taken (up to
-        # SAMPLE_WEIGHT) and the rows or groups written until the next sample.
+        # SAMPLE_WEIGHT) and the rows or groups written until the next sample. The state's
+        # hot paths count a write of fewer down themselves instead of calling ``sample``:
+        # most small writes take no sample, and this runs per state per packet.
         self._mean = 0.0
         self._samples = 0
-        self._until_sample = 0
+        self.until_sample = 0
 
     def clear(self) -> None:
         self.sizes.clear()
@@ -51,7 +53,7 @@ class SizeMeter:
         part of the stream) into the mean size of one. ``measure`` gives its bytes, or
         None for one not stored (a deletion, a group removed): the mean is of what the
         state holds, and a write takes out old rows before it puts in new ones."""
-        start = self._until_sample
+        start = self.until_sample
         if len(pairs) > start:
             n, mean, taken = self._samples, self._mean, 0
             for a, b in islice(pairs, start, None, SAMPLE_EVERY):
@@ -62,7 +64,7 @@ class SizeMeter:
                     mean += (size - mean) / n
             self._samples, self._mean = n, mean
             start += taken * SAMPLE_EVERY
-        self._until_sample = start - len(pairs)
+        self.until_sample = start - len(pairs)
 
     def set_size(self, fk: Row, items: int) -> None:
         self.total += items - self.sizes.get(fk, 0)

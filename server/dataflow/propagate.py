@@ -47,6 +47,10 @@ class ChangedKeys:
         return keys
 
 
+def _parent_index(batch: tuple[int, list[Delta]]) -> int:
+    return batch[0]
+
+
 class Propagator:
     def __init__(self, graph: Graph, stats: Stats, evictor: Evictor, scope: ReplayScope,
                  changed: ChangedKeys, on_join_miss: OnJoinMiss) -> None:
@@ -56,46 +60,66 @@ class Propagator:
         self.scope = scope
         self.changed = changed
         self.on_join_miss = on_join_miss
+        # One StateAccess per node, made once: it holds only the node (a packet made one
+        # per node it reached).
+        self._access: dict[int, StateAccess] = {}
 
     def propagate(self, items: Items, lsn: int, captured: Captured | None = None) -> None:
         """Push deltas up the graph in topological order (node ids are topological).
-        ``captured``: the items are held join deltas being replayed (see joinmiss.py)."""
+        ``captured``: the items are held join deltas being replayed (see joinmiss.py).
+
+        This runs once per write, for every node a write reaches: at one row per write its
+        own steps cost more than the operators' work, so they are plain loops and dict
+        operations (no closures, generators or sorts of one batch)."""
         inbox: dict[int, list[tuple[int, list[Delta]]]] = {}
         heap: list[int] = []
-
-        def push(node: Node, pidx: int, deltas: list[Delta]) -> None:
-            if not deltas:
-                return
-            if node.nid not in inbox:
-                inbox[node.nid] = []
-                heapq.heappush(heap, node.nid)
-            inbox[node.nid].append((pidx, deltas))
-
-        replayed = {node.nid for node, _, _ in items} if captured is not None else set()
         for start, pidx, deltas in items:
-            push(start, pidx, deltas)
+            if deltas:
+                got = inbox.get(start.nid)
+                if got is None:
+                    inbox[start.nid] = [(pidx, deltas)]
+                    heapq.heappush(heap, start.nid)
+                else:
+                    got.append((pidx, deltas))
+        replayed = {node.nid for node, _, _ in items} if captured is not None else ()
+        nodes, states_above, process = self.graph.nodes, self.graph.states_above, self.process
         while heap:
             nid = heapq.heappop(heap)
-            node = self.graph.nodes.get(nid)
+            node = nodes.get(nid)
             batches = inbox.pop(nid)
             if node is None:
                 continue
-            if nid not in replayed and all(st.holds_nothing()
-                                           for st in self.graph.states_above(node)):
-                # Nothing at or above this node is filled or being filled (a view nobody
-                # reads, say): every delta would be dropped at a hole further up, and a
-                # join miss here would evict only holes. Skip the work.
-                self.stats.count("deltas_skipped_idle", sum(len(d) for _, d in batches))
-                continue
-            for pidx, deltas in sorted(batches, key=lambda b: b[0]):
+            if nid not in replayed:
+                for st in states_above(node):
+                    if not st.holds_nothing():
+                        break
+                else:
+                    # Nothing at or above this node is filled or being filled (a view
+                    # nobody reads, say): every delta would be dropped at a hole further
+                    # up, and a join miss here would evict only holes. Skip the work.
+                    self.stats.count("deltas_skipped_idle", sum([len(d) for _, d in batches]))
+                    continue
+            if len(batches) > 1:
+                batches.sort(key=_parent_index)  # stable: each parent's batches in order
+            for pidx, deltas in batches:
                 if nid in replayed:
                     out = replay_join(node, pidx, deltas, captured or {}, lsn, self.scope,
                                       self.evictor, self.stats)
                 else:
-                    out = self.process(node, pidx, deltas, lsn)
+                    out = process(node, pidx, deltas, lsn)
                 if out:
                     for child, cidx in node.children:
-                        push(child, cidx, out)
+                        cid = child.nid
+                        got = inbox.get(cid)
+                        if got is None:
+                            inbox[cid] = [(cidx, out)]
+                            heapq.heappush(heap, cid)
+                        else:
+                            got.append((cidx, out))
+
+    def _new_access(self, node: Node) -> StateAccess:
+        acc = self._access[node.nid] = StateAccess(node)  # node ids are never reused
+        return acc
 
     def process(self, node: Node, pidx: int, deltas: list[Delta], lsn: int) -> list[Delta]:
         if node.view is not None:
@@ -127,14 +151,16 @@ class Propagator:
                                 fill.hold(HeldNode(lsn, fk, node, pidx, d))
             if not passed:
                 return []
-            out = op.on_groups(pidx, passed, StateAccess(node))  # type: ignore[attr-defined]
+            acc = self._access.get(node.nid) or self._new_access(node)
+            out = op.on_groups(pidx, passed, acc)  # type: ignore[attr-defined]
             # Sizes are the state's own; a grouped state is no reader: nothing to republish.
             st.set_entries(out.writes, op.entry_size)  # type: ignore[attr-defined]
             for group in out.exhausted:
                 self.stats.count("exhausted")
                 self.evictor.evict(st, st.fill_key_of_index(group))
             return out.deltas
-        out = op.on_input(pidx, deltas, StateAccess(node))
+        acc = self._access.get(node.nid) or self._new_access(node)
+        out = op.on_input(pidx, deltas, acc)
         for m in out.misses:  # joinmiss.py: drop, fill or hold the update
             self.on_join_miss(node, pidx, m, lsn)
         own_side = node.sides.get(pidx)

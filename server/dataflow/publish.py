@@ -151,6 +151,10 @@ class Publisher:
             table[fk] = tuple(rows)
             self._stale[st] -= 1
 
+    def reads_logged(self) -> bool:
+        """Lock-free readers logged reads since the last drain (executor thread)."""
+        return bool(self._reads)
+
     def drain_reads(self) -> list[ReadEntry]:
         """What lock-free readers saw since the last drain (executor thread)."""
         out = []

@@ -262,7 +262,10 @@ class State:
                deltas: list[tuple[Row, int]], applied: list[Row] | None
                ) -> dict[Row, list[tuple[Row, int]]]:
         meter, log = self.meter, self.changelog
-        meter.sample(deltas, _stored_row_size)
+        if len(deltas) > meter.until_sample:  # else no sample falls in them (meter.py)
+            meter.sample(deltas, _stored_row_size)
+        else:
+            meter.until_sample -= len(deltas)
         if log.watched:  # before the deltas go in: whether a key is filled decides
             bags.log_changes(log.watched, buckets, deltas, fk_of)
         missed, rows, anomalies = bags.apply_deltas(
@@ -314,8 +317,11 @@ class State:
         meter = self.meter
         fk_of, buckets, sizes, dirty = (self.fill_key_of_index, self._buckets, meter.sizes,
                                         self.changelog.dirty_ik)
-        meter.sample(writes.items(), lambda group, entry: None if entry is None
-                     else size_of(entry) + row_size(group))
+        if len(writes) > meter.until_sample:  # else no sample falls in them (meter.py)
+            meter.sample(writes.items(), lambda group, entry: None if entry is None
+                         else size_of(entry) + row_size(group))
+        else:
+            meter.until_sample -= len(writes)
         groups = 0
         for group, entry in writes.items():
             fk = fk_of(group)
