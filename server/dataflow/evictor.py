@@ -14,9 +14,11 @@ could have affected.
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
+import math
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
+
+from cachetools import LRUCache
 
 from partialflow.operators.base import Row
 from partialflow.server.dataflow.downstream import downstream_keys
@@ -46,10 +48,8 @@ class Evictor:
         # readers do: a fill or a read hit makes a key recent, a write that changes it does
         # not (a key written to but never read is cold, and moving it would cost an LRU
         # update per changed key per packet). Bytes are the states' own (State.size_of,
-        # State.memory_bytes): a write changes them there and nothing here. An OrderedDict
-        # (in C): every operation here is one call, where an unbounded cachetools
-        # LRUCache ran a few Python frames per key touched or tested, each packet.
-        self._lru: OrderedDict[tuple[int, Row], None] = OrderedDict()
+        # State.memory_bytes): a write changes them there and nothing here.
+        self._lru: LRUCache = LRUCache(maxsize=math.inf)
         # (sid, fill key) -> how many subscribed reader keys rely on it (subscriptions.py):
         # never evicted for memory, as a subscriber would get a refill at every packet.
         self.pins: dict[tuple[int, Row], int] = {}
@@ -96,8 +96,9 @@ class Evictor:
         self.enforce_memory()
 
     def lru_sizes(self) -> dict[tuple[int, Row], int]:
-        """(sid, fill key) -> the key's bytes, for every key in the LRU (least recently
-        used first), for checks. A key of a dropped state counts 0."""
+        """(sid, fill key) -> the key's bytes, for every key in the LRU, for checks
+        (cachetools iterates its keys in insertion order, not recency: eviction order
+        shows in ``enforce_memory``). A key of a dropped state counts 0."""
         states = self.states
         return {(sid, fk): st.size_of(fk) if (st := states.get(sid)) is not None else 0
                 for sid, fk in self._lru}
@@ -111,7 +112,7 @@ class Evictor:
         keys of the partial states below that they were filled relying on (else the
         oldest of those, an aggregate's group say, would be evicted first and take the
         hot reader key with it)."""
-        move, stack, seen = self._lru.move_to_end, [st], set()
+        lru, stack, seen = self._lru, [st], set()
         while stack:
             s = stack.pop()
             if s.sid in seen:
@@ -123,7 +124,7 @@ class Evictor:
             sid = s.sid
             for fk in keys:
                 try:
-                    move((sid, fk))  # to the most recent end
+                    lru[(sid, fk)]  # LRUCache moves a key to the most recent end on access
                 except KeyError:  # evicted since it was read
                     pass
 
@@ -137,7 +138,7 @@ class Evictor:
         pinned: list[tuple[int, Row]] = []
         total = self.memory_bytes
         while total > self.memory_limit and self._lru:
-            (sid, fk), _ = self._lru.popitem(last=False)  # least recently used
+            (sid, fk), _ = self._lru.popitem()  # least recently used
             st = self.states.get(sid)
             if st is not None and (_pinned(st, fk) or (sid, fk) in self.pins
                                    or self.depends(st, fk)):
