@@ -1,9 +1,9 @@
 """The engine: what the service calls. Owns storage and the dataflow, and turns SQL
 statements into their calls.
 
-Statements arrive typed (``statements.parse``) and ``run`` dispatches on their type. DDL
-maps onto storage (tables) and the dataflow's view catalog (views); a plain SELECT runs on
-Spark at a snapshot (``query``). Everything the engine
+Statements arrive typed (``statements.parse``) and ``dispatch.run`` turns each into the
+engine's calls: DDL onto storage (tables) and the dataflow's view catalog (views), a plain
+SELECT on Spark at a snapshot (``query``). Everything the engine
 refuses raises a ``partialflow.server.errors`` class naming the problem, before anything
 is changed.
 """
@@ -15,38 +15,18 @@ import os
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from partialflow.server import sqltx
+from partialflow.server import dispatch, sqltx
 from partialflow.server.bulk import BulkLoader, Progress
 from partialflow.server.checkpoint import CheckpointStore
 from partialflow.server.config import Config
 from partialflow.server.dataflow import Dataflow
-from partialflow.server.errors import (
-    AlreadyExists,
-    FailedPrecondition,
-    InvalidArgument,
-    NotFound,
-    OutOfRange,
-)
+from partialflow.server.dispatch import ResultSet
+from partialflow.server.errors import FailedPrecondition, InvalidArgument, OutOfRange
 from partialflow.server.spark_supervisor import SparkSupervisor, supervised
-from partialflow.server.statements import (
-    SUPPORTED,
-    Begin,
-    Commit,
-    CreateTable,
-    CreateView,
-    Drop,
-    ExplainCreate,
-    ExplainView,
-    Insert,
-    Rollback,
-    Select,
-    Statement,
-    parse,
-)
+from partialflow.server.statements import Statement, parse
 from partialflow.server.storage import Storage, TableChange
 from partialflow.server.upquery import SparkUpqueryRunner
 from partialflow.server.verifier import Verifier, attach_verifier
@@ -55,15 +35,6 @@ log = logging.getLogger(__name__)
 # sqlglot logs a warning for every statement it falls back to parsing as a raw Command;
 # the engine refuses those itself with a clearer message.
 logging.getLogger("sqlglot").setLevel(logging.ERROR)
-
-
-@dataclass
-class ResultSet:
-    """What every statement returns: rows, their column names, and the LSN they hold at."""
-
-    columns: list[str] = field(default_factory=list)
-    rows: list[tuple] = field(default_factory=list)
-    lsn: int = 0
 
 
 def _test_checkpoint_delay() -> float:
@@ -142,7 +113,7 @@ class Engine:
             )
             dataflow.start()
             self.dataflow = dataflow
-            self._recluster()  # the recovered views choose how segments are clustered
+            self.recluster()  # the recovered views choose how segments are clustered
             self.verifier = attach_verifier(
                 self.storage,
                 self.dataflow,
@@ -182,7 +153,7 @@ class Engine:
         finally:
             self.storage.close()
 
-    def _recluster(self) -> None:
+    def recluster(self) -> None:
         """Tell storage which columns to cluster each table's segments by: those the live
         views' misses filter on (plain data: storage must not know the dataflow)."""
         self.storage.set_clustering(self.dataflow.clustering())
@@ -199,100 +170,13 @@ class Engine:
         return self.run(parse(sql))
 
     def run(self, stmt: Statement) -> ResultSet:
-        """Run one typed statement (``statements.parse``)."""
-        match stmt:
-            case Select():
-                return self.query(stmt.sql)
-            case CreateTable():
-                return self._create_table(stmt)
-            case CreateView():
-                return self._create_view(stmt)
-            case Drop():
-                return self._drop(stmt)
-            case Insert():
-                return self._insert(stmt)
-            case ExplainCreate():
-                return self._plan_lines(self.dataflow.explain_create(stmt.name, stmt.query))
-            case ExplainView():
-                return self._plan_lines(self.explain(stmt.name)[0])
-            case Begin() | Commit() | Rollback():
-                raise InvalidArgument(
-                    f"unsupported statement {stmt.kind}; expected {SUPPORTED}"
-                )
-        raise AssertionError(f"no case for {type(stmt).__name__}")  # a new statement type
-
-    def _plan_lines(self, text: str) -> ResultSet:
-        """EXPLAIN's answer: the dataflow tree, one line per row of a single ``plan`` column."""
-        lines = text.rstrip("\n").splitlines()
-        return ResultSet(["plan"], [(line,) for line in lines], self.storage.last_lsn)
-
-    def _done(self) -> ResultSet:
-        return ResultSet([], [], self.storage.last_lsn)
-
-    def _create_table(self, stmt: CreateTable) -> ResultSet:
-        try:
-            self.storage.create_table(stmt.schema)
-        except AlreadyExists:
-            if not stmt.if_not_exists:
-                raise
-        return self._done()
-
-    def _create_view(self, stmt: CreateView) -> ResultSet:
-        try:
-            self.dataflow.create_view(stmt.name, stmt.query)
-        except AlreadyExists:
-            if not stmt.if_not_exists:
-                raise
-        self._recluster()
-        return self._done()
-
-    def _drop(self, stmt: Drop) -> ResultSet:
-        name = stmt.name
-        try:
-            if stmt.kind == "VIEW":
-                self.dataflow.drop_view(name)
-                self._recluster()
-            else:
-                if self.follower is not None:  # a followed table: refused, naming the upstream
-                    self.follower.check_drop(name)
-                self.dataflow.check_drop_table(name)
-                self.storage.drop_table(name)
-                # A table made again under this name starts empty: its files may load again.
-                self.loader.forget_table(name)
-        except NotFound:
-            if not stmt.if_exists:
-                raise
-        return self._done()
-
-    def _insert(self, stmt: Insert) -> ResultSet:
-        rows = stmt.rows
-        if stmt.columns:
-            rows = self.reorder(stmt.table, stmt.columns, rows)
-        return ResultSet([], [], self.write(stmt.table, inserts=rows))
+        """Run one typed statement (``statements.parse``): ``dispatch.run``."""
+        return dispatch.run(self, stmt)
 
     def reorder(self, table: str, listed: list[str], rows: list[tuple]) -> list[tuple]:
         """Rows given for a column list, in the table's column order (NULL for the rest)."""
         names = [c.name for c in self.storage.table(table).columns]
-        # Names match as Spark matches them, whatever the case; each may be listed once
-        # (a second value for a column would otherwise be dropped without a word).
-        known = {n.lower(): n for n in names}
-        unknown = [c for c in listed if c.lower() not in known]
-        if unknown:
-            raise InvalidArgument(
-                f"INSERT into {table}: unknown column {unknown[0]}; columns are {', '.join(names)}"
-            )
-        position: dict[str, int] = {}
-        for i, c in enumerate(listed):
-            if c.lower() in position:
-                raise InvalidArgument(f"INSERT into {table}: column {c} is listed twice")
-            position[c.lower()] = i
-        for row in rows:
-            if len(row) != len(listed):
-                raise InvalidArgument(
-                    f"INSERT into {table}: {len(row)} values for {len(listed)} columns"
-                )
-        where = [position.get(n.lower()) for n in names]
-        return [tuple(None if i is None else row[i] for i in where) for row in rows]
+        return dispatch.reorder(names, table, listed, rows)
 
     # -- writes -----------------------------------------------------------------------
 
