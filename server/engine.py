@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
-from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,6 +22,7 @@ from partialflow.server.checkpoint import CheckpointStore
 from partialflow.server.config import Config
 from partialflow.server.dataflow import Dataflow
 from partialflow.server.dispatch import ResultSet
+from partialflow.server.engine_stats import EngineStats, WriteCounts
 from partialflow.server.errors import FailedPrecondition, InvalidArgument, OutOfRange
 from partialflow.server.spark_supervisor import SparkSupervisor, supervised
 from partialflow.server.statements import Statement, parse
@@ -129,8 +128,7 @@ class Engine:
             raise
         self.spark.start()  # the watchdog
         # Write throughput for stats and metrics: storage counts LSNs, not rows.
-        self._writes: Counter[str] = Counter()
-        self._writes_lock = threading.Lock()
+        self._writes = WriteCounts()
         # Tables another system owns (followed from an upstream PostgreSQL: server/follow),
         # lower-cased name -> that system: the write API refuses them; the follower writes
         # through ``write_many(..., origin="follow")``.
@@ -248,16 +246,8 @@ class Engine:
         ticket = self.storage.submit_many(
             changes, upstream_lsn=upstream_lsn,
             after=after.storage_ticket if after is not None else None)
-        return WriteTicket(ticket, lambda: self._count(changes))
-
-    def _count(self, changes: Sequence[TableChange]) -> None:
-        """A write's figures, once it is durable (a commit that fails counts nothing)."""
-        with self._writes_lock:
-            self._writes["writes"] += 1
-            if len({c.table.lower() for c in changes}) > 1:
-                self._writes["transactions"] += 1
-            self._writes["rows_inserted"] += sum(len(c.inserts) for c in changes)
-            self._writes["rows_deleted"] += sum(len(c.deletes) for c in changes)
+        # Counted once durable: a commit that fails counts nothing.
+        return WriteTicket(ticket, lambda: self._writes.write(changes))
 
     def load(
         self,
@@ -285,9 +275,7 @@ class Engine:
         )
         for event in events:
             if event.phase == "done":
-                with self._writes_lock:
-                    self._writes["loads"] += 1
-                    self._writes["load_rows"] += event.rows
+                self._writes.load(event.rows)
             yield event
 
     def _load_write(self, table: str, rows: list[tuple]) -> int:
@@ -398,23 +386,25 @@ class Engine:
         """Compact one table (or all); returns storage's report."""
         return self.storage.compact(table)
 
+    def figures(self) -> EngineStats:
+        """The dataflow's figures (``DataflowStats``) with storage's, the write counters,
+        the verifier's, Spark's (up or down since when, restarts: ``SparkSupervisor.stats``)
+        and the follower's, taken now."""
+        verifier, follower = self.verifier, self.follower
+        return EngineStats(
+            dataflow=self.dataflow.stats(),
+            lsn=self.storage.last_lsn,
+            memory_limit=self.config.memory_limit,
+            storage=self.storage.stats(),
+            writes=self._writes.as_dict(),
+            verifier=verifier.stats() if verifier is not None else None,
+            spark=self.spark.stats(),
+            follow=follower.stats() if follower is not None else None,
+        )
+
     def stats(self) -> dict:
-        """Dataflow statistics (per view under ``views``) plus ``lsn``, ``applied_lsn``,
-        ``memory_limit``, ``storage``, ``writes`` (writes, rows, bulk loads) and ``spark``
-        (up or down since when, restarts: ``SparkSupervisor.stats``)."""
-        result: dict[str, Any] = {"views": {}}
-        df = self.dataflow.stats()
-        result.update(df.as_dict())
-        # ``lsn`` is the last durable write; ``applied_lsn`` how far the views have got.
-        result["applied_lsn"] = df.applied_lsn
-        result["lsn"] = self.storage.last_lsn
-        result["memory_limit"] = self.config.memory_limit
-        result["storage"] = self.storage.stats()
-        with self._writes_lock:
-            result["writes"] = dict(self._writes)
-        if self.verifier is not None:
-            result["verifier"] = self.verifier.stats()
-        result["spark"] = self.spark.stats()
-        if self.follower is not None:
-            result["follow"] = self.follower.stats()
-        return result
+        """``figures()`` under the names clients see: dataflow statistics (per view under
+        ``views``) plus ``lsn``, ``applied_lsn``, ``memory_limit``, ``storage``, ``writes``
+        (writes, rows, bulk loads), ``spark`` and, when there, ``verifier`` and ``follow``
+        (``EngineStats.as_dict``)."""
+        return self.figures().as_dict()
