@@ -1,9 +1,9 @@
 """The engine: what the service calls. Owns storage and the dataflow, and turns SQL
 statements into their calls.
 
-Statements arrive typed (``statements.parse``) and ``run`` dispatches on their type. DDL
-maps onto storage (tables) and the dataflow's view catalog (views); a plain SELECT runs on
-Spark at a snapshot (``query``). Everything the engine
+Statements arrive typed (``statements.parse``) and ``dispatch.run`` turns each into the
+engine's calls: DDL onto storage (tables) and the dataflow's view catalog (views), a plain
+SELECT on Spark at a snapshot (``query``). Everything the engine
 refuses raises a ``partialflow.server.errors`` class naming the problem, before anything
 is changed.
 """
@@ -12,41 +12,20 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
-from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from partialflow.server import sqltx
+from partialflow.server import dispatch, sqltx
 from partialflow.server.bulk import BulkLoader, Progress
 from partialflow.server.checkpoint import CheckpointStore
 from partialflow.server.config import Config
 from partialflow.server.dataflow import Dataflow
-from partialflow.server.errors import (
-    AlreadyExists,
-    FailedPrecondition,
-    InvalidArgument,
-    NotFound,
-    OutOfRange,
-)
+from partialflow.server.dispatch import ResultSet
+from partialflow.server.engine_stats import EngineStats, WriteCounts
+from partialflow.server.errors import FailedPrecondition, InvalidArgument, OutOfRange
 from partialflow.server.spark_supervisor import SparkSupervisor, supervised
-from partialflow.server.statements import (
-    SUPPORTED,
-    Begin,
-    Commit,
-    CreateTable,
-    CreateView,
-    Drop,
-    ExplainCreate,
-    ExplainView,
-    Insert,
-    Rollback,
-    Select,
-    Statement,
-    parse,
-)
+from partialflow.server.statements import Statement, parse
 from partialflow.server.storage import Storage, TableChange
 from partialflow.server.upquery import SparkUpqueryRunner
 from partialflow.server.verifier import Verifier, attach_verifier
@@ -55,15 +34,6 @@ log = logging.getLogger(__name__)
 # sqlglot logs a warning for every statement it falls back to parsing as a raw Command;
 # the engine refuses those itself with a clearer message.
 logging.getLogger("sqlglot").setLevel(logging.ERROR)
-
-
-@dataclass
-class ResultSet:
-    """What every statement returns: rows, their column names, and the LSN they hold at."""
-
-    columns: list[str] = field(default_factory=list)
-    rows: list[tuple] = field(default_factory=list)
-    lsn: int = 0
 
 
 def _test_checkpoint_delay() -> float:
@@ -142,7 +112,7 @@ class Engine:
             )
             dataflow.start()
             self.dataflow = dataflow
-            self._recluster()  # the recovered views choose how segments are clustered
+            self.recluster()  # the recovered views choose how segments are clustered
             self.verifier = attach_verifier(
                 self.storage,
                 self.dataflow,
@@ -158,8 +128,7 @@ class Engine:
             raise
         self.spark.start()  # the watchdog
         # Write throughput for stats and metrics: storage counts LSNs, not rows.
-        self._writes: Counter[str] = Counter()
-        self._writes_lock = threading.Lock()
+        self._writes = WriteCounts()
         # Tables another system owns (followed from an upstream PostgreSQL: server/follow),
         # lower-cased name -> that system: the write API refuses them; the follower writes
         # through ``write_many(..., origin="follow")``.
@@ -182,7 +151,7 @@ class Engine:
         finally:
             self.storage.close()
 
-    def _recluster(self) -> None:
+    def recluster(self) -> None:
         """Tell storage which columns to cluster each table's segments by: those the live
         views' misses filter on (plain data: storage must not know the dataflow)."""
         self.storage.set_clustering(self.dataflow.clustering())
@@ -199,100 +168,13 @@ class Engine:
         return self.run(parse(sql))
 
     def run(self, stmt: Statement) -> ResultSet:
-        """Run one typed statement (``statements.parse``)."""
-        match stmt:
-            case Select():
-                return self.query(stmt.sql)
-            case CreateTable():
-                return self._create_table(stmt)
-            case CreateView():
-                return self._create_view(stmt)
-            case Drop():
-                return self._drop(stmt)
-            case Insert():
-                return self._insert(stmt)
-            case ExplainCreate():
-                return self._plan_lines(self.dataflow.explain_create(stmt.name, stmt.query))
-            case ExplainView():
-                return self._plan_lines(self.explain(stmt.name)[0])
-            case Begin() | Commit() | Rollback():
-                raise InvalidArgument(
-                    f"unsupported statement {stmt.kind}; expected {SUPPORTED}"
-                )
-        raise AssertionError(f"no case for {type(stmt).__name__}")  # a new statement type
-
-    def _plan_lines(self, text: str) -> ResultSet:
-        """EXPLAIN's answer: the dataflow tree, one line per row of a single ``plan`` column."""
-        lines = text.rstrip("\n").splitlines()
-        return ResultSet(["plan"], [(line,) for line in lines], self.storage.last_lsn)
-
-    def _done(self) -> ResultSet:
-        return ResultSet([], [], self.storage.last_lsn)
-
-    def _create_table(self, stmt: CreateTable) -> ResultSet:
-        try:
-            self.storage.create_table(stmt.schema)
-        except AlreadyExists:
-            if not stmt.if_not_exists:
-                raise
-        return self._done()
-
-    def _create_view(self, stmt: CreateView) -> ResultSet:
-        try:
-            self.dataflow.create_view(stmt.name, stmt.query)
-        except AlreadyExists:
-            if not stmt.if_not_exists:
-                raise
-        self._recluster()
-        return self._done()
-
-    def _drop(self, stmt: Drop) -> ResultSet:
-        name = stmt.name
-        try:
-            if stmt.kind == "VIEW":
-                self.dataflow.drop_view(name)
-                self._recluster()
-            else:
-                if self.follower is not None:  # a followed table: refused, naming the upstream
-                    self.follower.check_drop(name)
-                self.dataflow.check_drop_table(name)
-                self.storage.drop_table(name)
-                # A table made again under this name starts empty: its files may load again.
-                self.loader.forget_table(name)
-        except NotFound:
-            if not stmt.if_exists:
-                raise
-        return self._done()
-
-    def _insert(self, stmt: Insert) -> ResultSet:
-        rows = stmt.rows
-        if stmt.columns:
-            rows = self.reorder(stmt.table, stmt.columns, rows)
-        return ResultSet([], [], self.write(stmt.table, inserts=rows))
+        """Run one typed statement (``statements.parse``): ``dispatch.run``."""
+        return dispatch.run(self, stmt)
 
     def reorder(self, table: str, listed: list[str], rows: list[tuple]) -> list[tuple]:
         """Rows given for a column list, in the table's column order (NULL for the rest)."""
         names = [c.name for c in self.storage.table(table).columns]
-        # Names match as Spark matches them, whatever the case; each may be listed once
-        # (a second value for a column would otherwise be dropped without a word).
-        known = {n.lower(): n for n in names}
-        unknown = [c for c in listed if c.lower() not in known]
-        if unknown:
-            raise InvalidArgument(
-                f"INSERT into {table}: unknown column {unknown[0]}; columns are {', '.join(names)}"
-            )
-        position: dict[str, int] = {}
-        for i, c in enumerate(listed):
-            if c.lower() in position:
-                raise InvalidArgument(f"INSERT into {table}: column {c} is listed twice")
-            position[c.lower()] = i
-        for row in rows:
-            if len(row) != len(listed):
-                raise InvalidArgument(
-                    f"INSERT into {table}: {len(row)} values for {len(listed)} columns"
-                )
-        where = [position.get(n.lower()) for n in names]
-        return [tuple(None if i is None else row[i] for i in where) for row in rows]
+        return dispatch.reorder(names, table, listed, rows)
 
     # -- writes -----------------------------------------------------------------------
 
@@ -364,16 +246,8 @@ class Engine:
         ticket = self.storage.submit_many(
             changes, upstream_lsn=upstream_lsn,
             after=after.storage_ticket if after is not None else None)
-        return WriteTicket(ticket, lambda: self._count(changes))
-
-    def _count(self, changes: Sequence[TableChange]) -> None:
-        """A write's figures, once it is durable (a commit that fails counts nothing)."""
-        with self._writes_lock:
-            self._writes["writes"] += 1
-            if len({c.table.lower() for c in changes}) > 1:
-                self._writes["transactions"] += 1
-            self._writes["rows_inserted"] += sum(len(c.inserts) for c in changes)
-            self._writes["rows_deleted"] += sum(len(c.deletes) for c in changes)
+        # Counted once durable: a commit that fails counts nothing.
+        return WriteTicket(ticket, lambda: self._writes.write(changes))
 
     def load(
         self,
@@ -401,9 +275,7 @@ class Engine:
         )
         for event in events:
             if event.phase == "done":
-                with self._writes_lock:
-                    self._writes["loads"] += 1
-                    self._writes["load_rows"] += event.rows
+                self._writes.load(event.rows)
             yield event
 
     def _load_write(self, table: str, rows: list[tuple]) -> int:
@@ -514,23 +386,25 @@ class Engine:
         """Compact one table (or all); returns storage's report."""
         return self.storage.compact(table)
 
+    def figures(self) -> EngineStats:
+        """The dataflow's figures (``DataflowStats``) with storage's, the write counters,
+        the verifier's, Spark's (up or down since when, restarts: ``SparkSupervisor.stats``)
+        and the follower's, taken now."""
+        verifier, follower = self.verifier, self.follower
+        return EngineStats(
+            dataflow=self.dataflow.stats(),
+            lsn=self.storage.last_lsn,
+            memory_limit=self.config.memory_limit,
+            storage=self.storage.stats(),
+            writes=self._writes.as_dict(),
+            verifier=verifier.stats() if verifier is not None else None,
+            spark=self.spark.stats(),
+            follow=follower.stats() if follower is not None else None,
+        )
+
     def stats(self) -> dict:
-        """Dataflow statistics (per view under ``views``) plus ``lsn``, ``applied_lsn``,
-        ``memory_limit``, ``storage``, ``writes`` (writes, rows, bulk loads) and ``spark``
-        (up or down since when, restarts: ``SparkSupervisor.stats``)."""
-        result: dict[str, Any] = {"views": {}}
-        df = self.dataflow.stats()
-        result.update(df.as_dict())
-        # ``lsn`` is the last durable write; ``applied_lsn`` how far the views have got.
-        result["applied_lsn"] = df.applied_lsn
-        result["lsn"] = self.storage.last_lsn
-        result["memory_limit"] = self.config.memory_limit
-        result["storage"] = self.storage.stats()
-        with self._writes_lock:
-            result["writes"] = dict(self._writes)
-        if self.verifier is not None:
-            result["verifier"] = self.verifier.stats()
-        result["spark"] = self.spark.stats()
-        if self.follower is not None:
-            result["follow"] = self.follower.stats()
-        return result
+        """``figures()`` under the names clients see: dataflow statistics (per view under
+        ``views``) plus ``lsn``, ``applied_lsn``, ``memory_limit``, ``storage``, ``writes``
+        (writes, rows, bulk loads), ``spark`` and, when there, ``verifier`` and ``follow``
+        (``EngineStats.as_dict``)."""
+        return self.figures().as_dict()

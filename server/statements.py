@@ -3,8 +3,8 @@
 values (sqlglot trees in, typed statements of storage's types out). Everything refused
 raises InvalidArgument naming the problem, before the engine changes anything.
 
-The engine dispatches on the statement's type (``Engine.execute``); a new statement is a
-class here, a case in ``_typed`` and a case there.
+The engine runs them by their type (``dispatch.run``); a new statement is a class here, a
+case in ``_typed`` and a case there.
 """
 
 from __future__ import annotations

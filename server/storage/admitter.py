@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from partialflow.server.errors import FailedPrecondition
 from partialflow.server.storage import admission
@@ -23,16 +24,28 @@ from partialflow.server.storage.space import DiskSpace
 from partialflow.server.storage.wal import FRAME_OVERHEAD
 
 
+class BacklogLimit(Protocol):
+    """The storage's tuning, as admission reads it per write (a setting changed while
+    running applies to the next write)."""
+
+    max_index_backlog: int
+
+
 class Admission:
     def __init__(self, lock: threading.Lock, next_lsn: int, *, catalog: TableCatalog,
                  indexer: RowIndexer, memtable: Memtable, space: DiskSpace,
-                 max_backlog: Callable[[], int]) -> None:
+                 tuning: BacklogLimit, check_open: Callable[[], None],
+                 is_open: Callable[[], bool]) -> None:
         self._lock = lock  # the storage lock (shared)
+        # The storage's state (its facade's): FailedPrecondition unless open / whether open.
+        # Given once here, not with every write.
+        self._check_open = check_open
+        self._is_open = is_open
         self._catalog = catalog
         self._indexer = indexer
         self._memtable = memtable
         self._space = space
-        self._max_backlog = max_backlog
+        self._tuning = tuning
         self._next_lsn = next_lsn
         self._pending: list[Pending] = []
         self._pending_bytes = 0  # log bytes of accepted writes not yet appended
@@ -49,11 +62,10 @@ class Admission:
         space.check(space.free_bytes(), 0, self._pending_bytes, self._memtable.nbytes)
 
     def submit(self, changes: Sequence[TableChange], upstream_lsn: int | None,
-               check_open: Callable[[], None], is_open: Callable[[], bool],
-               after: Pending | None = None) -> tuple[int, Pending]:
-        """Check ``changes`` as one write, give it the next LSN and queue it; returns the
-        LSN and its last queue entry (the committer sets its ``error`` if the write is
-        refused later). Any error refuses the whole write and consumes no LSN. ``after``:
+               after: Pending | None = None) -> Pending:
+        """Check ``changes`` as one write, give it the next LSN and queue it; returns its
+        last queue entry (its ``lsn`` is the write's; the committer sets its ``error`` if the
+        write is refused later). Any error refuses the whole write and consumes no LSN. ``after``:
         the last entry of a write this one must follow; if that one was refused (and its
         LSN handed back), this one is refused too rather than stored in its place."""
         changes = admission.checked_changes(changes, upstream_lsn)
@@ -79,11 +91,12 @@ class Admission:
         nets = [(n, *admission.encode(n)) for n in map(admission.net, by_table.values())]
         space = self._space
         free = space.free_bytes()
+        max_backlog = self._tuning.max_index_backlog
         with self._lock:
             # Backpressure: bound the rows accepted but not yet indexed (the overlay's size).
-            if indexer.wait_for_room_locked(self._max_backlog(), is_open):
+            if indexer.wait_for_room_locked(max_backlog, self._is_open):
                 free = space.free_bytes()  # waited: measure again (a statvfs, cheap)
-            check_open()
+            self._check_open()
             if after is not None and after.error is not None:
                 # Checked under the lock that refuse_locked sets errors under: a write
                 # submitted after that moment cannot take the refused one's LSN.
@@ -92,8 +105,9 @@ class Admission:
                     f"{after.error}; nothing was written")
             catalog.check_live_locked(entries)
             local = admission.Local() if len(by_table) < len(parts) else None
+            reread = indexer.lsn != seen_lsn  # it only moves under the storage lock
             for part in parts:
-                if indexer.lsn != seen_lsn and part.needs_index:
+                if reread and part.needs_index:
                     part.committed = indexer.read(part)
                 indexer.check_locked(part, local)
             lsn = self._next_lsn
@@ -107,7 +121,7 @@ class Admission:
             self._pending.extend(pendings)
             self._pending_bytes += frames
             self._work_cv.notify()
-        return lsn, pendings[-1]
+        return pendings[-1]
 
     # ------------------------------------------------------------------ committer's side
     def take(self) -> list[Pending] | None:

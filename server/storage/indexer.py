@@ -53,17 +53,16 @@ class RowIndexer:
         self._retry = retry
         self._is_live = is_live
         self._keyed_ids = keyed_ids
-        self._lsn = lsn  # the index holds every durable write up to here
+        # The index holds every durable write up to here. Read by anyone (a writer reads
+        # it per write: a plain attribute, not a property), set only by this object's
+        # thread, under the storage lock.
+        self.lsn = lsn
         self._overlays: dict[int, Overlay] = {}  # per table id: accepted, not yet indexed
         self._queue: list[tuple[list[Pending], int, int]] = []  # (group, last LSN, rows)
         self._backlog = 0  # rows durable but not yet in the row index
         self._stop = False
         self._work_cv = threading.Condition(lock)  # the indexer waits for durable groups
         self._room_cv = threading.Condition(lock)  # writers wait for the backlog to shrink
-
-    @property
-    def lsn(self) -> int:
-        return self._lsn
 
     # ------------------------------------------------------------------ writers' side
     def read(self, part: admission.Part) -> dict[bytes, Any]:
@@ -117,9 +116,9 @@ class RowIndexer:
 
     # ------------------------------------------------------------------ committer's side
     def enqueue_locked(self, group: list[Pending], last: int, rows: int) -> None:
+        # The backlog only grows here: writers waiting for room are woken when it shrinks.
         self._queue.append((group, last, rows))
         self._backlog += rows
-        self._room_cv.notify_all()
         self._work_cv.notify()
 
     # ------------------------------------------------------------------ schema, files
@@ -205,7 +204,7 @@ class RowIndexer:
                                 ov.retire(last)
                                 if not len(ov):
                                     del self._overlays[tid]
-                        self._lsn = last
+                        self.lsn = last
                         self._backlog -= rows
                         self._room_cv.notify_all()  # writers held back by the backlog limit
             except BaseException as err:
@@ -221,7 +220,7 @@ class RowIndexer:
                         # Closing on a full disk: leave the index behind the log; the next
                         # open re-applies the log records after the index's LSN.
                         log.warning("row index left at LSN %d on a full disk; the next open "
-                                    "catches it up from the log", self._lsn)
+                                    "catches it up from the log", self.lsn)
                         return
                 delay = self._retry.failed(err)
                 with self._lock:

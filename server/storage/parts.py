@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,8 +90,10 @@ class Parts:
 def wire(rec: Recovered, space: DiskSpace, lock: threading.Lock, tuning: Tuning,
          layout: Layout, spark: SparkSession, *, counters: Counter[str],
          retries: Mapping[str, Backoff], wal_hold: int | None,
-         subscribers: list[Subscriber]) -> Parts:
-    """Build the parts around the shared storage lock from what recovery opened."""
+         subscribers: list[Subscriber], check_open: Callable[[], None],
+         is_open: Callable[[], bool]) -> Parts:
+    """Build the parts around the shared storage lock from what recovery opened;
+    ``check_open`` / ``is_open``: the storage's state, as admission checks it per write."""
     catalog = TableCatalog(lock, layout.catalog_path, layout.tables_dir, rec.catalog)
     files = FileSet(lock, layout.manifest_path, rec.manifest, catalog.names)
     memtable = Memtable(rec.mem, rec.last_lsn, rec.upstream_marks)
@@ -100,7 +102,8 @@ def wire(rec: Recovered, space: DiskSpace, lock: threading.Lock, tuning: Tuning,
                          catalog.is_live, catalog.keyed_ids)
     admission = Admission(lock, rec.last_lsn + 1, catalog=catalog, indexer=indexer,
                           memtable=memtable, space=space,
-                          max_backlog=lambda: tuning.max_index_backlog)
+                          tuning=tuning,
+                          check_open=check_open, is_open=is_open)
     maintenance = Maintenance(
         lock, spark, tuning, catalog=catalog, files=files, memtable=memtable, wal=wal,
         indexer=indexer, space=space, counters=counters, retries=retries, wal_hold=wal_hold,

@@ -155,7 +155,8 @@ class Storage:
         with self._lock:  # subscribe() and hold_wal() before open hand their values over
             p = self._parts = wire(rec, space, self._lock, self._tuning, self.layout,
                                    self.spark, counters=self.counters, retries=self.retries,
-                                   wal_hold=self._wal_hold, subscribers=self._subscribers)
+                                   wal_hold=self._wal_hold, subscribers=self._subscribers,
+                                   check_open=self._check_open, is_open=self._is_open)
             self._catalog = p.catalog
             self._state = "open"
         runs: dict[str, Callable[[], None]] = {
@@ -318,10 +319,12 @@ class Storage:
         must follow; if that write is refused, so is this one (FailedPrecondition), so a
         caller submitting in order never has a later write stored in an earlier one's place.
         """
-        p = self._opened()
-        lsn, last = p.admission.submit(changes, upstream_lsn, self._check_open, self._is_open,
-                                       after.last if after is not None else None)
-        return WriteTicket(p.committer, lsn, last)
+        p = self._parts  # (not ``_opened()``: one call fewer per write)
+        if self._state != "open" or p is None:
+            raise FailedPrecondition(f"storage is {self._state}")
+        last = p.admission.submit(changes, upstream_lsn,
+                                  after.last if after is not None else None)
+        return WriteTicket(p.committer, last.lsn, last)
 
     # ------------------------------------------------------------------ reads
     def snapshot(self, lsn: int | None = None) -> Snapshot:
