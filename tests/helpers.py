@@ -5,6 +5,8 @@
 - ``InProcessServer``: ``create_server`` in this process on the session's Spark; cheap
   to start (no JVM start-up), so tests can afford one per configuration.
 - ``wait_serving``: poll the standard health service until it reports SERVING.
+- ``java_home_that_fails``: a JAVA_HOME whose ``java`` fails its first calls (a Java
+  gateway that cannot start).
 
 Import as ``from helpers import ServerProcess`` (``tests/`` is on sys.path via conftest).
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import os
 import queue
+import shutil
 import signal
 import subprocess
 import sys
@@ -27,7 +30,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from partialflow.client import Client
 from partialflow.testing.inprocess import InProcessServer
 
-__all__ = ["InProcessServer", "ServerProcess", "health_status", "wait_serving"]
+__all__ = ["InProcessServer", "ServerProcess", "health_status", "java_home_that_fails",
+           "wait_serving"]
 
 START_TIMEOUT = 180.0
 
@@ -60,6 +64,25 @@ def wait_serving(address: str, timeout: float = 60.0, service: str = "") -> None
                 last = err.code()
             time.sleep(0.1)
     raise TimeoutError(f"{address} not SERVING after {timeout}s (last: {last})")
+
+
+def java_home_that_fails(directory: Path, times: int) -> Path:
+    """A JAVA_HOME (made under ``directory``) whose ``java`` exits at once the first
+    ``times`` calls, as a JVM that could not start does, then runs the real one."""
+    real = shutil.which("java")
+    assert real, "java is not on PATH"
+    home = directory / "java_home"
+    (home / "bin").mkdir(parents=True)
+    count = directory / "java_calls"
+    java = home / "bin" / "java"
+    java.write_text(
+        "#!/bin/sh\n"
+        f'n=$(cat "{count}" 2>/dev/null || echo 0); echo $((n + 1)) > "{count}"\n'
+        f'if [ "$n" -lt {times} ]; then echo "fake java: cannot start" >&2; exit 1; fi\n'
+        f'exec "{os.path.realpath(real)}" "$@"\n'
+    )
+    java.chmod(0o755)
+    return home
 
 
 def health_status(address: str, service: str = "") -> int:

@@ -4,6 +4,7 @@ acknowledged write and applies none twice; SIGTERM exits 0 and a restart sees ev
 from __future__ import annotations
 
 import collections
+import signal
 import threading
 import time
 
@@ -96,9 +97,11 @@ def _check_after_crash(c: Client, writers: list[Writer]) -> None:
         c.insert("people", [("bob", "not a number", 2.0, False)])
 
 
-def test_sigkill_during_writes_then_sigterm_and_restart(tmp_path):
-    """One scenario, to pay for three Spark start-ups instead of four: crash under
-    concurrent writes and recover; then a clean SIGTERM (exit 0) and recover again."""
+def test_sigkill_during_writes_then_ctrl_c_sigterm_and_restart(tmp_path):
+    """One scenario, to pay for three Spark start-ups instead of six: crash under
+    concurrent writes and recover; then a clean Ctrl-C (SIGINT: exit 0, as clean as
+    SIGTERM; PySpark installs its own SIGINT handler, which raises KeyboardInterrupt, and
+    the server must put its own back) and recover again; then a clean SIGTERM."""
     server = ServerProcess(tmp_path / "data").start()
     try:
         with server.client(timeout=120) as c:
@@ -133,15 +136,20 @@ def test_sigkill_during_writes_then_sigterm_and_restart(tmp_path):
             last = c.update("kv", [("k1", 1)], [("k1", 1000)])  # stays in the log
         assert health_status(server.address) == 1  # SERVING
 
-        # SIGTERM: a clean exit, and a restart sees everything.
-        assert server.terminate() == 0
-        assert "Traceback" not in server.log_tail(400)
+        # Ctrl-C: a clean exit, and a restart sees everything.
+        assert server.terminate(sig=signal.SIGINT) == 0
+        log = server.log_path.read_text(errors="replace").rsplit("\n=== ", 1)[-1]
+        assert "Traceback" not in log and "KeyboardInterrupt" not in log, log[-3000:]
+        assert "received SIGINT, shutting down" in log and "stopped" in log, log[-3000:]
         server.restart()
         with server.client(timeout=120) as c:
             rows = dict(c.query("SELECT k, v FROM kv").rows)
             assert len(rows) == 99 and "k0" not in rows and rows["k1"] == 1000
             _check_after_crash(c, writers)
             assert c.insert("kv", [("new", 1)]) > last
+        # SIGTERM: a clean exit too.
         assert server.terminate() == 0
+        log = server.log_path.read_text(errors="replace").rsplit("\n=== ", 1)[-1]
+        assert "Traceback" not in log and "received SIGTERM, shutting down" in log, log[-3000:]
     finally:
         server.stop()

@@ -1,19 +1,18 @@
-"""Start-up and shut-down: failures are one line and exit 1 (a taken port before Spark
-starts; a Java gateway that never starts after retries), and Ctrl-C is a clean stop."""
+"""Start-up: failures are one line and exit 1 (a taken port before Spark starts; a Java
+gateway that never starts after retries). Two start-ups that succeed are shown on servers
+other tests start anyway (a Spark start-up fewer each): Ctrl-C is as clean a stop as
+SIGTERM in tests/app/test_crash.py, and a gateway that fails once is retried in
+tests/app/test_config.py (the server configured by environment)."""
 
 from __future__ import annotations
 
 import os
-import shutil
-import signal
 import socket
 import subprocess
 import sys
 import time
 
-from helpers import ServerProcess, wait_serving
-
-from partialflow.client import Client
+from helpers import java_home_that_fails
 
 
 def test_a_taken_port_fails_fast_with_one_line(tmp_path):
@@ -44,44 +43,8 @@ def test_a_taken_port_fails_fast_with_one_line(tmp_path):
     assert not (tmp_path / "data").exists()
 
 
-def test_ctrl_c_shuts_down_as_cleanly_as_sigterm(tmp_path):
-    # PySpark installs its own SIGINT handler when Spark starts (it raises
-    # KeyboardInterrupt); the server must put its own back.
-    server = ServerProcess(tmp_path / "data", log_path=tmp_path / "server.log").start()
-    try:
-        with server.client() as db:
-            db.execute("CREATE TABLE t (a BIGINT)")
-            lsn = db.insert("t", [(1,)])
-        assert server.terminate(sig=signal.SIGINT) == 0
-        log = (tmp_path / "server.log").read_text()
-        assert "Traceback" not in log and "KeyboardInterrupt" not in log, log
-        assert "received SIGINT, shutting down" in log and "stopped" in log, log
-        with server.restart().client() as db:  # and the write is there after the restart
-            assert db.query("SELECT a FROM t").rows == [(1,)]
-            assert db.stats()["lsn"] == lsn
-        assert server.terminate() == 0
-    finally:
-        # A failure above must not leave the server and its JVM running for the rest of
-        # the run (a failed restart check did, taking memory and cores from later tests).
-        server.stop()
-
-
 def _java_that_fails(tmp_path, times: int) -> dict:
-    """An environment whose JAVA_HOME runs a `java` that exits at once the first ``times``
-    calls (as a JVM that could not start does), then runs the real one."""
-    real = shutil.which("java")
-    assert real, "java is not on PATH"
-    home = tmp_path / "java_home"
-    (home / "bin").mkdir(parents=True)
-    count = tmp_path / "java_calls"
-    java = home / "bin" / "java"
-    java.write_text(
-        "#!/bin/sh\n"
-        f'n=$(cat "{count}" 2>/dev/null || echo 0); echo $((n + 1)) > "{count}"\n'
-        f'if [ "$n" -lt {times} ]; then echo "fake java: cannot start" >&2; exit 1; fi\n'
-        f'exec "{os.path.realpath(real)}" "$@"\n'
-    )
-    java.chmod(0o755)
+    home = java_home_that_fails(tmp_path, times)
     return dict(os.environ, JAVA_HOME=str(home), PYTHONUNBUFFERED="1")
 
 
@@ -101,32 +64,3 @@ def test_a_java_gateway_that_never_starts_is_one_line_not_a_traceback(tmp_path):
     assert "JAVA_GATEWAY_EXITED" in errors[0] and "java -version" in errors[0]
     assert "Traceback" not in done.stderr, done.stderr
     assert "listening on" not in done.stdout
-
-
-def test_a_java_gateway_that_fails_once_is_retried(tmp_path):
-    env = _java_that_fails(tmp_path, times=1)
-    server = subprocess.Popen(
-        [sys.executable, "-m", "partialflow.client.cli", "serve", "--data",
-         str(tmp_path / "data"), "--port", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-        start_new_session=True,
-    )
-    try:
-        # 'listening on' comes last, after the postgres (and metrics) lines: the ready signal.
-        line = server.stdout.readline()
-        while line.startswith(("postgres listening on ", "metrics on ")):
-            line = server.stdout.readline()
-        assert line.startswith("listening on "), server.stderr.read() if server.poll() else line
-        address = line.split("listening on ", 1)[1].strip()
-        wait_serving(address)
-        with Client(address) as db:
-            assert db.stats()["lsn"] == 0
-    finally:
-        server.send_signal(signal.SIGTERM)
-        assert server.wait(timeout=60) == 0
-        err = server.stderr.read()
-        try:
-            os.killpg(server.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    assert "Java gateway exited during start-up (attempt 1 of 3)" in err, err
