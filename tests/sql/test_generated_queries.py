@@ -44,10 +44,8 @@ from collections import Counter
 from typing import Any
 
 import pytest
-import sqlglot
-from oracle import bind_params, check_results, norm
+from oracle import bind_params, check_results, norm, sqlite_sql
 from query_generator import KEYS, SCHEMA, SIZES, Generator, Query, row
-from sqlglot import exp
 
 from partialflow.client import FailedPrecondition, InvalidArgument, NotFound, PartialflowError
 
@@ -69,16 +67,6 @@ SPARK_EVERY = int(os.environ.get("PARTIALFLOW_GENERATED_SPARK_EVERY", "3"))
 EVICT_EVERY = int(os.environ.get("PARTIALFLOW_GENERATED_EVICT_EVERY", "4"))
 LONG = ROUNDS > 3  # prints progress as it goes
 KINDS = [k for k in os.environ.get("PARTIALFLOW_GENERATED_KINDS", "").split(",") if k]
-
-def _sqlite_sql(sql: str, key: tuple) -> str:
-    values = list(key)
-
-    def swap(node: exp.Expression) -> exp.Expression:
-        if isinstance(node, exp.Placeholder):
-            return exp.convert(values.pop(0))
-        return node
-
-    return sqlglot.parse_one(sql).transform(swap).sql(dialect="sqlite")
 
 
 @pytest.fixture
@@ -211,7 +199,7 @@ def _check_view(c: Any, mirror: sqlite3.Connection, view: str, sql: str, query: 
     for key, res in results.items():
         if res.lsn != lsn:
             continue  # the mirror is the latest state only
-        want = mirror.execute(_sqlite_sql(sql, key)).fetchall()
+        want = mirror.execute(sqlite_sql(sql, key)).fetchall()
         if norm(res.rows) != norm(want):
             bad.append(f"{sql} key {key!r} at LSN {lsn}: view {sorted(map(repr, res.rows))} "
                        f"!= sqlite {sorted(map(repr, want))}"[:MESSAGE])
