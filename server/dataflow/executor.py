@@ -273,15 +273,10 @@ class Executor:
         elif isinstance(packet, (Write, WriteRun)):
             records = packet.records if isinstance(packet, WriteRun) else (packet.record,)
             table, lsn = records[0].table, records[-1].lsn
-            if len(records) == 1:  # most packets: one write's deltas, built in one call
-                rec = records[0]
+            deltas: list[Delta] = []
+            for rec in records:
                 self.bounds.on_write(table, rec.rows, rec.diffs)
-                deltas: list[Delta] = list(zip(rec.rows, rec.diffs, strict=True))
-            else:
-                deltas = []
-                for rec in records:
-                    self.bounds.on_write(table, rec.rows, rec.diffs)
-                    deltas.extend(zip(rec.rows, rec.diffs, strict=True))
+                deltas.extend(zip(rec.rows, rec.diffs, strict=True))
             base = self.graph.bases.get(table)
             if base is not None and base.children:
                 self.propagator.propagate([(c, i, deltas) for c, i in base.children], lsn)

@@ -92,8 +92,7 @@ class PlanCache:
         nodes = [n for n in base_nodes(st) if n.table is not None]
         mem = {n.nid: snapshot.table_view(n.table).mem for n in nodes}
         shape["unflushed"] = any(mem.values())
-        swappable = spark is not None and hasattr(spark, "_jsparkSession")  # not Connect
-        ident = _identity(st, snapshot, generation, swappable) if st.partial_cols else None
+        ident = _identity(st, snapshot, generation, _classic(spark)) if st.partial_cols else None
         if ident is None or len(keys) > MANY_KEYS:
             return state_frame(st, keys, snapshot, {}, scans)
         with self._lock:
@@ -171,7 +170,7 @@ def _build(st: State, snapshot: Any, nodes: list[Node], mem: dict[int, tuple],
         if not mem[n.nid]:
             continue
         assert n.table is not None
-        if spark is None or not hasattr(spark, "_jsparkSession"):  # Connect: no JVM here
+        if not _classic(spark):  # Connect: no JVM here
             return None
         tv = snapshot.table_view(n.table)
         stand_in = spark.createDataFrame(tv.schema.segment_arrow_schema().empty_table(),
@@ -181,7 +180,7 @@ def _build(st: State, snapshot: Any, nodes: list[Node], mem: dict[int, tuple],
         memo[n.nid] = df.toDF(*[f"_c{i}" for i in range(len(df.columns))])
         tables.setdefault(n.table, []).append(n.nid)
     plan = state_base(st, snapshot, memo, {})
-    classic = spark is not None and hasattr(spark, "_jsparkSession")
+    classic = _classic(spark)
     if not tables and not classic:
         return Kept(plan)
     sigs = {snapshot.table_view(t).schema.segment_spark_schema().simpleString(): t
@@ -284,7 +283,14 @@ def _leaf_files(leaf: Any) -> set[str]:
         return set()
 
 
+def _classic(spark: Any) -> bool:
+    """Whether ``spark`` is a classic (Py4J) session, whose plans can be swapped into; not
+    Spark Connect, and not absent."""
+    return spark is not None and hasattr(spark, "_jsparkSession")
+
+
 def _segments(snapshot: Any, table: str) -> list[Any]:
+    """The table's segments a read at ``snapshot`` scans."""
     tv = snapshot.table_view(table)
     return [s for s in tv.segments if s.min_lsn <= snapshot.lsn]
 
@@ -308,7 +314,7 @@ def _identity(st: State, snapshot: Any, generation: int, swappable: bool) -> Has
     for node in base_nodes(st):
         assert node.table is not None  # base_nodes gives base table nodes only
         tv = snapshot.table_view(node.table)
-        segs = [s for s in tv.segments if s.min_lsn <= snapshot.lsn]
+        segs = _segments(snapshot, node.table)
         cut = snapshot.lsn if any(s.max_lsn > snapshot.lsn for s in segs) else None
         unflushed = (bool(tv.mem), any(e.ndel for e in tv.mem))
         stored: Hashable = (
