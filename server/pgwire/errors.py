@@ -86,8 +86,11 @@ _BY_MESSAGE: tuple[tuple[type[BaseException], re.Pattern[str], str], ...] = (
      FEATURE_NOT_SUPPORTED),
     (pf.InvalidArgument, re.compile(r"out of range|too large|overflow", re.I),
      NUMERIC_OUT_OF_RANGE),
+    # "column 'k' expects BIGINT, got 'x'" is storage's word for a literal of the wrong
+    # type in an INSERT: PostgreSQL's invalid_text_representation, as for a parameter.
     (pf.InvalidArgument, re.compile(r"expected (a|an) (BIGINT|DOUBLE|TEXT|BOOLEAN|integer|"
-                                    r"number|string|boolean)|invalid input|cannot be", re.I),
+                                    r"number|string|boolean)|expects (BIGINT|DOUBLE|TEXT|"
+                                    r"BOOLEAN)|invalid input|cannot be", re.I),
      INVALID_TEXT),
 )
 

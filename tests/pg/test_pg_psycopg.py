@@ -63,6 +63,10 @@ def test_prepared_statements_are_kept_and_typed(pg_dsn, db, server):
         # The parameter's type is the key column's: a string that is no bigint is refused.
         with pytest.raises(pgerr.InvalidTextRepresentation):
             prep.execute(f"SELECT * FROM {by_id} WHERE id = %s", ["x1"])
+        # So is an INSERT's literal that is no bigint (storage refuses it), and nothing is
+        # written: the view's rows below are Spark's over the table.
+        with pytest.raises(pgerr.InvalidTextRepresentation):
+            prep.execute(f"INSERT INTO {t} (id, cat, x, ok) VALUES ('x9', 'a', 0.5, true)")
         prep.execute(f"INSERT INTO {t} (id, cat, x, ok) VALUES (%s, %s, %s, %s)",
                      [10, "a", 0.25, None])
         rows = prep.execute(f"SELECT * FROM {by_cat} WHERE cat = %s", ["a"]).fetchall()
