@@ -788,6 +788,9 @@ class Driver:
         self.checks = 0
         self.unchecked: dict[str, set] = {}  # table -> keys written since the last check
         self.unchecked_writes: list[str] = []
+        # (table, canonical key) -> the acknowledged writes that touched it, for a failure.
+        self.history: dict[tuple[str, Any], list[str]] = {}
+        self.storage: Any = None  # the in-process server's storage, for a failure's report
 
     # -- cost control --------------------------------------------------------------
 
@@ -941,6 +944,7 @@ class Driver:
             known = [(t.lower(), i, d) for t, i, d in write if t.lower() in SCHEMAS]
             for table, inserts, deletes in known[:-1]:
                 MODEL.apply(table, inserts, deletes)
+                self.note(table, inserts, deletes, answer.lsn, shown)
                 touched = {r[0] for r in [*inserts, *deletes]
                            if type(r[0]) is int and r[0] in DOMAIN}
                 self.unchecked.setdefault(table, set()).update(touched)
@@ -1009,9 +1013,14 @@ class Driver:
         assert len(out) == len(keys)
         return out
 
+    def note(self, table: str, inserts: list, deletes: list, lsn: int, shown: str) -> None:
+        for r in [*inserts, *deletes]:
+            self.history.setdefault((table, canon(r[0])), []).append(f"LSN {lsn}: {shown[:600]}")
+
     def apply_and_check(self, table: str, inserts: list, deletes: list, lsn: int,
                         shown: str) -> None:
         MODEL.apply(table, inserts, deletes)
+        self.note(table, inserts, deletes, lsn, shown)
         touched = {r[0] for r in [*inserts, *deletes] if type(r[0]) is int and r[0] in DOMAIN}
         if touched:
             self.unchecked.setdefault(table, set()).update(touched)
@@ -1020,6 +1029,20 @@ class Driver:
             self.check_keys()
         if sum(self.sent.values()) - self.last_check >= CHECK_EVERY:
             self.check_all()
+
+    def explain(self, table: str, keys: set) -> str:
+        """For a failure: per differing key, the acknowledged writes that touched it and
+        the changes storage holds for it (LSN, diff, segment file or memtable)."""
+        out = []
+        for key in sorted(keys, key=repr)[:5]:
+            out.append(f"key {key}: acknowledged writes:")
+            out += [f"    {h}" for h in self.history.get((table, key), [])[-8:]]
+            out.append("  stored changes:")
+            try:
+                out += [f"    {c}" for c in stored_changes(self.storage, table, key)]
+            except Exception as err:  # noqa: BLE001 - a report, not a check
+                out.append(f"    (could not read them: {err!r})")
+        return "\n".join(out)
 
     def check_keys(self) -> None:
         """The keys the last writes touched, read through the views at the last LSN."""
@@ -1070,9 +1093,32 @@ class Driver:
             assert got == want, (
                 f"{table} differs from what was acknowledged:\n"
                 f"  only stored: {short((got - want).elements())}\n"
-                f"  only sent:   {short((want - got).elements())}"
+                f"  only sent:   {short((want - got).elements())}\n"
+                + self.explain(table, {r[0] for r in (got - want) + (want - got)})
             )
         self.seconds["check: all tables"] += time.monotonic() - t0
+
+
+def stored_changes(storage: Any, table: str, key: Any) -> list[str]:
+    """The raw changes storage holds for ``key`` of ``table``: every segment row and
+    memtable row with that key, with its LSN, diff and where it is."""
+    from partialflow.server.storage.segments import entries_to_table
+
+    out = []
+    with storage.snapshot() as snap:
+        tv = snap.table_view(table)
+        parts = [(s.file, pq.read_table(str(tv.table_dir / s.file))) for s in tv.segments]
+        parts += [(f"memtable LSN {e.lsn}", entries_to_table(tv.schema, [e])) for e in tv.mem]
+        out.append(f"(snapshot LSN {snap.lsn}, {len(tv.segments)} segments, "
+                   f"{len(tv.mem)} memtable entries)")
+        for where, t in parts:
+            names = list(tv.schema.column_names)
+            for i in range(t.num_rows):
+                row = tuple(t[n][i].as_py() for n in names)
+                if canon(row[0]) == key:
+                    out.append(f"LSN {t['_lsn'][i].as_py()} diff {t['_diff'][i].as_py()} "
+                               f"{short([canon_row(row)])} in {where}")
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -1115,6 +1161,7 @@ def test_protocol_fuzz(fuzz_server, record_property, request):
         )
         MODEL.last_lsn = client.stats()["lsn"]
         driver = Driver(srv.address, client)
+        driver.storage = srv.engine.storage
         t0 = time.monotonic()
         for view in CHECK_VIEWS.values():  # fill the checked keys once
             driver.lookup(view, DOMAIN, MODEL.last_lsn)
