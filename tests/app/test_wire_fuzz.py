@@ -1087,15 +1087,20 @@ class Driver:
         assert stats.lsn == MODEL.last_lsn, f"stats lsn {stats.lsn}, model {MODEL.last_lsn}"
         for table, schema in SCHEMAS.items():
             names = ", ".join(c[0] for c in schema)
-            stored = self.client.query(f"SELECT {names} FROM {table}").rows
-            got = Counter(canon_row(r) for r in stored)
+            result = self.client.query(f"SELECT {names} FROM {table}")
+            got = Counter(canon_row(r) for r in result.rows)
             want = MODEL.tables[table]
-            assert got == want, (
-                f"{table} differs from what was acknowledged:\n"
-                f"  only stored: {short((got - want).elements())}\n"
-                f"  only sent:   {short((want - got).elements())}\n"
-                + self.explain(table, {r[0] for r in (got - want) + (want - got)})
-            )
+            if got != want:  # say all that can tell where the difference comes from
+                again = Counter(canon_row(r) for r in self.client.query(
+                    f"SELECT {names} FROM {table}").rows)
+                raise AssertionError(
+                    f"{table} differs from what was acknowledged (read at LSN {result.lsn}, "
+                    f"model at {MODEL.last_lsn}; a second read "
+                    f"{'agrees with the model' if again == want else 'differs too'}):\n"
+                    f"  only stored: {short((got - want).elements())}\n"
+                    f"  only sent:   {short((want - got).elements())}\n"
+                    + self.explain(table, {r[0] for r in (got - want) + (want - got)})
+                )
         self.seconds["check: all tables"] += time.monotonic() - t0
 
 
