@@ -31,6 +31,7 @@ from partialflow.server.storage.segments import (
     arrow_filter_mask,
     entries_to_table,
     read_segments,
+    spark_frame,
 )
 
 if TYPE_CHECKING:
@@ -188,7 +189,7 @@ class Snapshot:
             if resolved:
                 tbl = tbl.filter(arrow_filter_mask(tbl, resolved, schema))
             if tbl.num_rows:
-                parts.append(spark.createDataFrame(tbl, schema=schema.segment_spark_schema()))
+                parts.append(spark_frame(spark, tbl, schema.segment_spark_schema()))
                 has_neg = has_neg or any(e.ndel for e in tv.mem)
 
         if not parts:

@@ -53,7 +53,7 @@ from partialflow.operators.base import Row
 from partialflow.server.dataflow.graph import Node
 from partialflow.server.dataflow.state import State
 from partialflow.server.errors import InvalidArgument
-from partialflow.server.storage.segments import read_segments
+from partialflow.server.storage.segments import read_segments, spark_frame
 from partialflow.server.upquery.state_plans import (
     MANY_KEYS,
     BaseFilters,
@@ -235,8 +235,7 @@ def _swapped(kept: Kept, snapshot: Any, nodes: dict[int, Node],
             tbl = snapshot.unflushed(table)
         if not tbl.num_rows:
             continue  # the stand-ins are empty already
-        rows = spark.createDataFrame(tbl, schema=snapshot.table_view(table).schema
-                                     .segment_spark_schema())
+        rows = spark_frame(spark, tbl, snapshot.table_view(table).schema.segment_spark_schema())
         data = rows._jdf.queryExecution().analyzed().data()
         for leaf in leaves:
             swaps.put(leaf, leaf.copy(leaf.output(), data, leaf.isStreaming(), leaf.stream()))

@@ -240,3 +240,30 @@ def test_cross_table_invariant_never_breaks(server_own, uniq, monkeypatch) -> No
         # Settled: every group exact once the last transfer is in.
         final = c.lookup_many(view, groups, min_lsn=max(done))
         assert {k: r.rows for k, r in final.items()} == {g: [(g, TOTAL)] for g in groups}
+
+
+def test_a_transaction_that_cancels_out_hides_no_later_write_from_a_fill(tmp_path, spark,
+                                                                         uniq) -> None:
+    """A view's fill reads the unflushed rows too: after a transaction whose changes to
+    the table cancel out, a miss still sees every later write (a flushless server, so the
+    rows are unflushed when the fill reads them), as Spark SQL over the table does."""
+    u = uniq
+    srv = InProcessServer(tmp_path / "data", spark, flush_interval=3600.0).start()
+    try:
+        with srv.client(timeout=120) as c:
+            c.execute(f"CREATE TABLE {u}t (id BIGINT PRIMARY KEY, grp BIGINT, v BIGINT)")
+            c.execute(f"CREATE VIEW {u}sums AS SELECT grp, SUM(v) AS s, COUNT(*) AS n "
+                      f"FROM {u}t WHERE grp = ? GROUP BY grp")
+            c.insert(f"{u}t", [(1, 7, 10)])
+            with c.transaction() as tx:
+                tx.insert(f"{u}t", [(2, 7, 20)])
+                tx.delete(f"{u}t", [(2, 7, 20)])
+            c.insert(f"{u}t", [(3, 7, 30), (4, 8, 40)])
+            assert c.stats()["storage"]["flushed_lsn"] == 0
+            for grp in (7, 8):
+                want = c.query(f"SELECT grp, SUM(v) AS s, COUNT(*) AS n FROM {u}t "
+                               f"WHERE grp = {grp} GROUP BY grp").rows
+                assert c.lookup(f"{u}sums", grp).rows == want
+            assert c.lookup(f"{u}sums", 7).rows == [(7, 40, 2)]
+    finally:
+        srv.stop()

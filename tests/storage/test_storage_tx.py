@@ -190,3 +190,45 @@ def test_a_write_submitted_after_a_refused_one_is_refused_not_stored_in_its_plac
     chained = st.submit_many([TableChange("u", [(4, "d")], [])], after=ok)
     assert chained.wait() == ok.lsn + 1
     assert sorted(st.query("SELECT * FROM u")[1]) == [(3, "c"), (4, "d")]
+
+
+def test_a_transaction_that_cancels_out_hides_no_later_write(store: Storage) -> None:
+    """Changes to a table that cancel out leave nothing to read, and the writes after them
+    are all read before a flush (they once were lost: an empty batch among the unflushed
+    rows made Spark drop every row after it)."""
+    store.create_table(KEYED)
+    store.write("u", [(1, "a")])
+    store.write_many([TableChange("u", inserts=[(2, "b")]), TableChange("u", deletes=[(2, "b")])])
+    lsn = store.write("u", [(3, "c")])
+    store.write_many([TableChange("u", deletes=[(1, "a")]), TableChange("u", inserts=[(1, "a")])])
+    last = store.write("u", [(4, "d")], [(3, "c")])
+    assert store.stats()["flushed_lsn"] == 0  # every write above is still unflushed
+    assert rows_at(store, "u", lsn) == {(1, "a"): 1, (3, "c"): 1}
+    assert rows_at(store, "u") == {(1, "a"): 1, (4, "d"): 1}
+    store.flush()
+    assert rows_at(store, "u", lsn) == {(1, "a"): 1, (3, "c"): 1}
+    assert rows_at(store, "u", last) == {(1, "a"): 1, (4, "d"): 1}
+
+
+def test_spark_frame_keeps_the_rows_after_an_empty_batch(spark) -> None:
+    """Arrow tables reach Spark through ``spark_frame``: PySpark's own conversion drops
+    every row after an empty record batch."""
+    import pyarrow as pa
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    from partialflow.server.storage.segments import spark_frame
+
+    schema = pa.schema([("k", pa.int64())])
+    sizes = [2, 0, 1, 0, 3]
+    batches, start = [], 0
+    for n in sizes:
+        batches.append(pa.RecordBatch.from_arrays([pa.array(range(start, start + n),
+                                                             pa.int64())], schema=schema))
+        start += n
+    table = pa.Table.from_batches(batches, schema=schema)
+    assert [b.num_rows for b in table.to_batches()] == sizes
+    df = spark_frame(spark, table, StructType([StructField("k", LongType())]))
+    assert sorted(r.k for r in df.collect()) == list(range(sum(sizes)))
+    empty = spark_frame(spark, pa.Table.from_batches([batches[1]], schema=schema),
+                        StructType([StructField("k", LongType())]))
+    assert empty.collect() == []
