@@ -31,7 +31,7 @@ from partialflow.client import Client
 from partialflow.testing.inprocess import InProcessServer
 
 __all__ = ["InProcessServer", "ServerProcess", "health_status", "java_home_that_fails",
-           "wait_serving"]
+           "stored_changes", "wait_serving"]
 
 START_TIMEOUT = 180.0
 
@@ -247,3 +247,21 @@ class ServerProcess:
         self.stop()
 
 
+def stored_changes(storage: Any, table: str) -> tuple[int, list[tuple[tuple, int, int, str]]]:
+    """What storage holds of ``table``, read without Spark: the snapshot's LSN and every
+    stored change (row, LSN, diff, where: a segment file or "memtable LSN n") of its
+    segments (pyarrow) and unflushed rows. For checks that must not trust Spark's read."""
+    import pyarrow.parquet as pq
+
+    from partialflow.server.storage.segments import entries_to_table
+
+    out = []
+    with storage.snapshot() as snap:
+        tv = snap.table_view(table)
+        parts = [(s.file, pq.read_table(tv.table_dir / s.file)) for s in tv.segments]
+        parts += [(f"memtable LSN {e.lsn}", entries_to_table(tv.schema, [e])) for e in tv.mem]
+        for where, t in parts:
+            rows = zip(*[t[n].to_pylist() for n in tv.schema.column_names], strict=True)
+            out += [(row, lsn, diff, where) for row, lsn, diff in
+                    zip(rows, t["_lsn"].to_pylist(), t["_diff"].to_pylist(), strict=True)]
+        return snap.lsn, out

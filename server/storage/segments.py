@@ -42,9 +42,6 @@ def segment_name(min_lsn: int, max_lsn: int) -> str:
 def entries_to_table(schema: TableSchema, entries: Sequence[MemEntry]) -> pa.Table:
     """Memtable entries as one Arrow table with ``_lsn`` and ``_diff`` columns."""
     seg_schema = schema.segment_arrow_schema()
-    # A transaction whose changes to a table cancel out leaves an entry without rows; it
-    # adds nothing here, and an empty chunk is what ``spark_frame`` must never pass on.
-    entries = [e for e in entries if e.batch.num_rows]
     if not entries:
         return seg_schema.empty_table()
     data = pa.Table.from_batches([e.batch for e in entries], schema=schema.arrow_schema())

@@ -1048,15 +1048,21 @@ class Driver:
     def explain(self, table: str, keys: set) -> str:
         """For a failure: per differing key, the acknowledged writes that touched it and
         the changes storage holds for it (LSN, diff, segment file or memtable)."""
+        from helpers import stored_changes
+
         out = []
         for key in sorted(keys, key=repr)[:5]:
             out.append(f"key {key}: acknowledged writes:")
             out += [f"    {h}" for h in self.history.get((table, key), [])[-8:]]
             out.append("  stored changes:")
             try:
-                out += [f"    {c}" for c in stored_changes(self.storage, table, key)]
+                lsn, changes = stored_changes(self.storage, table)
             except Exception as err:  # noqa: BLE001 - a report, not a check
                 out.append(f"    (could not read them: {err!r})")
+                continue
+            out.append(f"    (snapshot LSN {lsn})")
+            out += [f"    LSN {at} diff {diff} {short([canon_row(row)])} in {where}"
+                    for row, at, diff, where in changes if canon(row[0]) == key]
         return "\n".join(out)
 
     def check_keys(self) -> None:
@@ -1117,28 +1123,6 @@ class Driver:
                     + self.explain(table, {r[0] for r in (got - want) + (want - got)})
                 )
         self.seconds["check: all tables"] += time.monotonic() - t0
-
-
-def stored_changes(storage: Any, table: str, key: Any) -> list[str]:
-    """The raw changes storage holds for ``key`` of ``table``: every segment row and
-    memtable row with that key, with its LSN, diff and where it is."""
-    from partialflow.server.storage.segments import entries_to_table
-
-    out = []
-    with storage.snapshot() as snap:
-        tv = snap.table_view(table)
-        parts = [(s.file, pq.read_table(str(tv.table_dir / s.file))) for s in tv.segments]
-        parts += [(f"memtable LSN {e.lsn}", entries_to_table(tv.schema, [e])) for e in tv.mem]
-        out.append(f"(snapshot LSN {snap.lsn}, {len(tv.segments)} segments, "
-                   f"{len(tv.mem)} memtable entries)")
-        for where, t in parts:
-            names = list(tv.schema.column_names)
-            for i in range(t.num_rows):
-                row = tuple(t[n][i].as_py() for n in names)
-                if canon(row[0]) == key:
-                    out.append(f"LSN {t['_lsn'][i].as_py()} diff {t['_diff'][i].as_py()} "
-                               f"{short([canon_row(row)])} in {where}")
-    return out
 
 
 @pytest.fixture(scope="module")

@@ -15,11 +15,10 @@ import math
 import random
 from collections import Counter
 
-import pyarrow.parquet as pq
 import pytest
+from helpers import stored_changes
 
 from partialflow.server.storage import Column, Storage, TableChange, TableSchema
-from partialflow.server.storage.segments import entries_to_table
 
 KV = TableSchema("kv", (Column("id", "BIGINT", True), Column("name", "TEXT"),
                         Column("score", "DOUBLE"), Column("flag", "BOOLEAN")))
@@ -75,17 +74,11 @@ class Model:
 
 def held(st: Storage, table: str) -> Counter:
     """What storage holds as of its last LSN, read without Spark."""
+    lsn, changes = stored_changes(st, table)
     out: Counter = Counter()
-    with st.snapshot() as snap:
-        tv = snap.table_view(table)
-        parts = [pq.read_table(tv.table_dir / s.file) for s in tv.segments]
-        parts.append(entries_to_table(tv.schema, tv.mem))
-        for t in parts:
-            rows = zip(*[t[n].to_pylist() for n in tv.schema.column_names], strict=True)
-            for row, lsn, diff in zip(rows, t["_lsn"].to_pylist(), t["_diff"].to_pylist(),
-                                      strict=True):
-                if lsn <= snap.lsn:
-                    out[canon(row)] += diff
+    for row, at, diff, _ in changes:
+        if at <= lsn:
+            out[canon(row)] += diff
     return +out
 
 
