@@ -71,6 +71,9 @@ class Config:
     host: str = "127.0.0.1"
     port: int = 50051
     memory_limit: int | None = None
+    # The disk tier under the in-memory states (dataflow/tier.py): bytes of evicted keys it
+    # keeps on local disk, exact, instead of holes. None: no tier.
+    disk_limit: int | None = None
     spark_master: str = "local[2]"
     # Spark settings passed through to the session after partialflow's own (they win):
     # Hadoop options for S3/HDFS as spark.hadoop.*, executor memory, the UI...
@@ -131,6 +134,8 @@ class Config:
             raise ValueError(f"invalid disk reserve {self.disk_reserve}: must not be negative")
         if self.memory_limit is not None and self.memory_limit <= 0:
             raise ValueError(f"invalid memory limit {self.memory_limit}: must be positive")
+        if self.disk_limit is not None and self.disk_limit <= 0:
+            raise ValueError(f"invalid disk limit {self.disk_limit}: must be positive")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("TLS needs both a certificate (--tls-cert) and a key (--tls-key)")
         if self.auth_token is not None and not self.auth_token.strip():
@@ -269,6 +274,11 @@ SERVE_OPTIONS: tuple[Option, ...] = (
     Option("--port", "port", _int, "gRPC port (default 50051; 0 picks a free one)"),
     Option(
         "--memory-limit", "memory_limit", parse_size, "state memory limit, e.g. 64MB, 1GB", "SIZE"
+    ),
+    Option(
+        "--disk-limit", "disk_limit", parse_size,
+        "keep keys evicted for memory on local disk, up to SIZE (e.g. 10GB), instead of "
+        "dropping them; a read of one is a local read, not an upquery", "SIZE"
     ),
     Option("--spark-master", "spark_master", str, "any Spark master (default local[2])", "MASTER"),
     Option(

@@ -21,6 +21,7 @@ from partialflow.server.bulk import BulkLoader, Progress
 from partialflow.server.checkpoint import CheckpointStore
 from partialflow.server.config import Config
 from partialflow.server.dataflow import Dataflow
+from partialflow.server.dataflow.tier import Tier
 from partialflow.server.dispatch import ResultSet
 from partialflow.server.engine_stats import EngineStats, WriteCounts
 from partialflow.server.errors import FailedPrecondition, InvalidArgument, OutOfRange
@@ -109,6 +110,8 @@ class Engine:
                 checkpoints=self.checkpoints,
                 checkpoint_interval=config.checkpoint_interval,
                 index_prefetch=config.index_prefetch,
+                tier=None if config.disk_limit is None else Tier(
+                    Path(config.data_dir) / "tier" / "tier.db", config.disk_limit),
             )
             dataflow.start()
             self.dataflow = dataflow

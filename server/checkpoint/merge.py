@@ -9,6 +9,9 @@ files of a chain apply oldest first, so the last word about a key wins:
 * ``("H", fk)``            — ``fk`` is a hole;
 * ``("I", fk, pairs)``     — in filled ``fk``, set each index key's value (a bag of rows,
   or a group's entry), or remove it (value ``None``);
+* ``("T", fk, (ref, nbytes, items))`` — ``fk`` is filled and shelved in the dataflow's
+  disk tier (server/dataflow/tier.py), whose commit the manifest names: row ``ref`` of the
+  tier's store holds it (replaces it);
 * ``("S", fk, bytes)``     — written by earlier versions (a key's size); ignored: a state
   counts what it restores.
 
@@ -24,12 +27,23 @@ import re
 import struct
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from partialflow.operators.values import NAN
 from partialflow.server.checkpoint.files import CorruptCheckpoint, Manifest, read_frames
 
-Contents = dict[str, dict[Any, dict[Any, Any]]]
+
+class Shelved(NamedTuple):
+    """A key kept in the disk tier: its row in the tier's store, the pickle's bytes and
+    the key's rows or groups (its size in memory is counted from them)."""
+
+    ref: int
+    nbytes: int
+    items: int
+
+
+# signature -> fill key -> {index key: value}, or Shelved for a key in the disk tier
+Contents = dict[str, dict[Any, Any]]
 Chunk = list[tuple[str, list[tuple]]]
 
 # A pickled float that may be NaN: the BINFLOAT opcode, then 8 big-endian bytes whose
@@ -42,10 +56,15 @@ def dumps(chunk: Chunk) -> bytes:
 
 
 def loads(payload: bytes) -> Chunk:
-    chunk: Chunk = pickle.loads(payload)
-    if _has_nan(payload):
-        chunk = canonical(chunk)
+    chunk: Chunk = load_value(payload)
     return chunk
+
+
+def load_value(payload: bytes) -> Any:
+    """Unpickle what the dataflow pickled (a chunk, a shelved key: dataflow/tier.py), with
+    its NaNs made the one ``NAN`` object again."""
+    value = pickle.loads(payload)
+    return canonical(value) if _has_nan(payload) else value
 
 
 def _has_nan(payload: bytes) -> bool:
@@ -86,7 +105,7 @@ def apply(contents: Contents, chunk: Chunk) -> None:
             tag = rec[0]
             if tag == "I":
                 bucket = state.get(rec[1])
-                if bucket is None:
+                if bucket is None or isinstance(bucket, Shelved):
                     raise CorruptCheckpoint(f"index keys of a hole {rec[1]!r} in state {sig}")
                 for ik, value in rec[2]:
                     if value is None:
@@ -97,6 +116,8 @@ def apply(contents: Contents, chunk: Chunk) -> None:
                 pass
             elif tag == "F":
                 state[rec[1]] = {}
+            elif tag == "T":
+                state[rec[1]] = Shelved(*rec[2])
             elif tag == "H":
                 state.pop(rec[1], None)
             elif tag == "R":
@@ -135,6 +156,9 @@ def full_chunks(contents: Contents, per_chunk: int = 4096) -> Iterator[Chunk]:
         records: list[tuple] = [("R",)]
         chunk.append((sig, records))
         for fk, bucket in state.items():
+            if isinstance(bucket, Shelved):
+                records.append(("T", fk, tuple(bucket)))
+                continue
             records.append(("F", fk))
             for pairs in _slices(bucket.items(), per_chunk):
                 records.append(("I", fk, pairs))

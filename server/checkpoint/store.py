@@ -155,7 +155,7 @@ class CheckpointStore:
             ref = f.commit()
             c = Manifest(seq, m.lsn, "compacted", [ref], m.views, m.tables, m.states,
                          m.catalog_version, created=m.created, duration_s=time.monotonic() - t0,
-                         bytes_written=ref.bytes, extra={"compacted_from": m.seq})
+                         bytes_written=ref.bytes, extra={**m.extra, "compacted_from": m.seq})
             write_manifest(self.dir, c)
         except BaseException:
             if not (self.dir / manifest_name(seq)).exists():

@@ -14,6 +14,10 @@ its last one:
    since B0. Each key is now either copied at Bf or copied earlier and unchanged since:
    the whole is exact at Bf's LSN. Then the writer thread commits the file and manifest.
 
+A key shelved in the disk tier is recorded as where it is (``("T", fk, ref)``), not
+copied: the tier's store commits at the finish, and the manifest names that commit
+(``extra["tier"]``), so recovery knows the tier holds what the records refer to (tier.py).
+
 So writes wait only for the copying of steps (bounded per packet) and of the keys changed
 during one checkpoint, never for disk. Every checkpoint after the first holds only what
 changed; the store merges the chain in the background.
@@ -34,6 +38,7 @@ from partialflow.operators.base import Row
 from partialflow.server.checkpoint import CheckpointStore, Manifest, catalog_version
 from partialflow.server.dataflow.packets import Packet, Tick
 from partialflow.server.dataflow.state import State
+from partialflow.server.dataflow.tier import Tier
 
 if TYPE_CHECKING:
     from partialflow.server.dataflow.graph import Node
@@ -86,8 +91,10 @@ class Checkpointer:
 
     def __init__(self, executor: CheckpointHost, store: CheckpointStore, *, interval: float,
                  table_ids: Callable[[], dict[str, int]],
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, tier: Tier | None = None
+                 ) -> None:
         self.ex = executor
+        self.tier = tier
         self.store = store
         self.interval = interval
         self.table_ids = table_ids
@@ -222,6 +229,19 @@ class Checkpointer:
             pass
         self._flush()
         self._work = None
+        extra = {}
+        if self.tier is not None:
+            # The records of shelved keys refer to what the tier holds now: commit it at
+            # this cut. If it can't, the checkpoint is dropped (the next is a full one).
+            try:
+                extra["tier"] = self.tier.commit()
+            except Exception as e:
+                log.error("checkpoint %d dropped: the disk tier can't commit (%s)",
+                          self._seq, e)
+                self.store.abort()
+                self._need_full = True
+                self.failed += 1
+                return
         tables = self._tables
         states = self._states()
         views = self.ex.view_sqls()
@@ -230,6 +250,7 @@ class Checkpointer:
             files=[], views=views, tables=tables,
             states={self.signature(st): st.label for st in states},
             catalog_version=catalog_version(tables, views), duration_s=self.clock() - self._t0,
+            extra=extra,
         )
         self.store.commit(template, incremental=not self._full, done=self._committed)
         self._need_full = False
@@ -290,19 +311,20 @@ class Checkpointer:
         """Copy the work list into records; yields between pieces (``final``: the caller
         runs it to the end within one packet)."""
         for st, fk, iks in todo:
-            bucket = st.bucket(fk)
+            bucket = st.resident(fk)  # a shelved key is not brought back to be copied
             if iks is not None:  # index keys of a key filled before (a hole: copied whole)
                 if bucket is not None:
                     self._record(st, ("I", fk, st.index_entries(fk, iks)), len(iks))
                     yield
                 continue
             if bucket is None:
-                self._record(st, ("H", fk))
+                where = st.shelved(fk)
+                self._record(st, ("H", fk) if where is None else ("T", fk, tuple(where)))
                 continue
             self._record(st, ("F", fk))
             keys = st.index_keys(fk)
             for i in range(0, len(keys), SLICE):
-                if not final and st.bucket(fk) is not bucket:
+                if not final and st.resident(fk) is not bucket:
                     break  # filled anew or evicted since: it is copied again at the finish
                 part = keys[i:i + SLICE]
                 self._record(st, ("I", fk, st.index_entries(fk, part)), len(part))

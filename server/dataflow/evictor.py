@@ -9,6 +9,11 @@ filled relying on it; evicting a pending key cancels that fill for the key (the 
 coordinator re-issues the reads waiting for it). A join lookup that misses an
 evict-on-miss index drops the update and evicts exactly the downstream keys the update
 could have affected.
+
+With a disk tier (tier.py), the memory limit *shelves* least recently used keys instead:
+they stay filled, on disk, and nothing above them is evicted. The tier's own limit makes
+the least recently shelved keys holes. A key brought back from the tier by a write or a
+join lookup comes back cold (the first to be shelved again); by a read, recent.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from partialflow.server.dataflow.downstream import downstream_keys
 from partialflow.server.dataflow.publish import Publisher
 from partialflow.server.dataflow.state import State
 from partialflow.server.dataflow.stats import Stats
+from partialflow.server.dataflow.tier import Tier, TierError
 
 if TYPE_CHECKING:
     from partialflow.server.dataflow.fills import FillCoordinator
@@ -38,8 +44,10 @@ class Evictor:
     not pinned is kept all the same (see ``depends`` below)."""
 
     def __init__(self, memory_limit: int | None, stats: Stats, publisher: Publisher,
-                 fills: FillCoordinator, depends: Callable[[State, Row], bool]) -> None:
+                 fills: FillCoordinator, depends: Callable[[State, Row], bool],
+                 tier: Tier | None = None) -> None:
         self.memory_limit = memory_limit
+        self.tier = tier
         self.stats = stats
         self.publisher = publisher
         self.fills = fills
@@ -50,6 +58,15 @@ class Evictor:
         # update per changed key per packet). Bytes are the states' own (State.size_of,
         # State.memory_bytes): a write changes them there and nothing here.
         self._lru: LRUCache = LRUCache(maxsize=math.inf)
+        # Keys brought back from the disk tier by writes and joins, not reads: in memory,
+        # not in the LRU, shelved again before any key of it (oldest first); a read moves
+        # one into the LRU.
+        self._cold: dict[tuple[int, Row], None] = {}
+        # Shelved keys, least recently shelved first: the first to become holes when the
+        # tier is over its limit.
+        self._shelf: LRUCache = LRUCache(maxsize=math.inf)
+        if tier is not None:
+            tier.on_unshelve = self._unshelved
         # (sid, fill key) -> how many subscribed reader keys rely on it (subscriptions.py):
         # never evicted for memory, as a subscriber would get a refill at every packet.
         self.pins: dict[tuple[int, Row], int] = {}
@@ -61,6 +78,8 @@ class Evictor:
     def register(self, states: list[State]) -> None:
         for st in states:
             self.states[st.sid] = st
+            if self.tier is not None and st.mode != "full":
+                st.tier = self.tier
 
     def unregister(self, states: list[State]) -> None:
         for st in states:
@@ -91,7 +110,7 @@ class Evictor:
         for st, fk in changed:
             if st.mode != "full":
                 key = (st.sid, fk)
-                if key not in lru and st.is_filled(fk):
+                if key not in lru and st.in_memory(fk) and key not in self._cold:
                     lru[key] = None
         self.enforce_memory()
 
@@ -101,7 +120,7 @@ class Evictor:
         shows in ``enforce_memory``). A key of a dropped state counts 0."""
         states = self.states
         return {(sid, fk): st.size_of(fk) if (st := states.get(sid)) is not None else 0
-                for sid, fk in self._lru}
+                for sid, fk in (*self._lru, *self._cold)}
 
     def touch(self, st: State, fk: Row) -> None:
         """A read hit: mark the key recently used."""
@@ -122,23 +141,34 @@ class Evictor:
             if s.mode == "full":
                 continue  # the LRU holds partial keys only
             sid = s.sid
+            cold = self._cold
             for fk in keys:
                 try:
                     lru[(sid, fk)]  # LRUCache moves a key to the most recent end on access
-                except KeyError:  # evicted since it was read
-                    pass
+                except KeyError:  # evicted since it was read, or back from the tier cold
+                    if cold and (sid, fk) in cold:
+                        del cold[(sid, fk)]
+                        lru[(sid, fk)] = None
 
     def set_memory_limit(self, limit: int | None) -> None:
         self.memory_limit = limit
         self.enforce_memory()
 
     def enforce_memory(self) -> None:
+        tier = self.tier
+        if tier is not None and tier.broken and self._shelf:  # it broke bringing a key back
+            self._tier_failed()
         if self.memory_limit is None:
             return
         pinned: list[tuple[int, Row]] = []
         total = self.memory_bytes
-        while total > self.memory_limit and self._lru:
-            (sid, fk), _ = self._lru.popitem()  # least recently used
+        cold = self._cold
+        while total > self.memory_limit and (self._lru or cold):
+            if cold:  # back from the tier for a write: shelved again first
+                sid, fk = key = next(iter(cold))
+                del cold[key]
+            else:
+                (sid, fk), _ = self._lru.popitem()  # least recently used
             st = self.states.get(sid)
             if st is not None and (_pinned(st, fk) or (sid, fk) in self.pins
                                    or self.depends(st, fk)):
@@ -146,9 +176,62 @@ class Evictor:
                 continue
             if st is not None:
                 self.stats.count("memory_evictions")
-                total -= self.evict(st, fk)
+                total -= self._shelve(st, fk) if tier is not None and not tier.broken \
+                    else self.evict(st, fk)
         for key in pinned:  # back in (as recently used: a fill is relying on them)
             self._lru[key] = None
+        if tier is not None and tier.bytes > tier.limit:
+            self._enforce_disk(tier)
+
+    # -- the disk tier -------------------------------------------------------------------
+    def _shelve(self, st: State, fk: Row) -> int:
+        """Move a least recently used key to the tier (a hole if the tier refuses)."""
+        if not st.in_memory(fk):
+            return 0
+        try:
+            freed = st.shelve(fk)
+        except TierError:
+            self._tier_failed()
+            return self.evict(st, fk)
+        if st.node.view is not None:
+            self.publisher.changed(st, fk)  # no longer published: a read brings it back
+        self._shelf[(st.sid, fk)] = None
+        return freed
+
+    def shelf_order(self) -> list[tuple[int, Row]]:
+        """Shelved (sid, fill key), least recently shelved first (for checks)."""
+        return list(self._shelf)
+
+    def note_shelved(self, st: State, fk: Row) -> None:
+        """Recovery shelved ``fk`` of ``st`` again, as its checkpoint had it."""
+        self._shelf[(st.sid, fk)] = None
+
+    def _unshelved(self, st: State, fk: Row, read: bool) -> None:
+        """A key came back from the tier: into the LRU, a read's as the most recent, a
+        write's or a join's at the cold end (``_cold``)."""
+        key = (st.sid, fk)
+        self._shelf.pop(key, None)
+        if read:
+            self._lru[key] = None
+        else:
+            self._cold[key] = None
+
+    def _enforce_disk(self, tier: Tier) -> None:
+        """Over the tier's limit: the least recently shelved keys become holes."""
+        while tier.bytes > tier.limit and self._shelf:
+            (sid, fk), _ = self._shelf.popitem()
+            st = self.states.get(sid)
+            if st is not None and st.shelved(fk) is not None:
+                tier.counters["tier_evictions"] += 1
+                self.evict(st, fk)
+
+    def _tier_failed(self) -> None:
+        """The tier broke (tier.py): every shelved key becomes a hole, with what was
+        filled relying on it."""
+        for st in list(self.states.values()):
+            for fk in st.shelved_keys():
+                self.evict(st, fk)
+        self._shelf.clear()
 
     # -- evicting ------------------------------------------------------------------------
     def evict(self, st: State, fk: Row) -> int:
@@ -161,7 +244,10 @@ class Evictor:
             freed = st.mark_hole(fk)
             if st.node.view is not None:
                 self.publisher.changed(st, fk)
-            self._lru.pop((st.sid, fk), None)
+            key = (st.sid, fk)
+            self._lru.pop(key, None)
+            self._cold.pop(key, None)
+            self._shelf.pop(key, None)
             self.stats.count("evictions")
             for v in st.node.users if st.node.view is not None else ():
                 self.stats.count_view(v, "evictions")

@@ -58,6 +58,7 @@ from partialflow.server.dataflow.replay import Replayer, ReplayScope, Scope
 from partialflow.server.dataflow.runner import UpqueryRunner
 from partialflow.server.dataflow.state import State
 from partialflow.server.dataflow.stats import Stats
+from partialflow.server.dataflow.tier import Tier
 from partialflow.server.errors import DeadlineExceeded
 from partialflow.server.storage.record import TxRecord
 
@@ -80,6 +81,7 @@ class Executor:
                  clock: Callable[[], float] = time.monotonic, index_prefetch: bool = True,
                  checkpointer: Callable[[Executor], Checkpointer] | None = None,
                  subscriptions: Callable[[Executor], SubscriptionManager] | None = None,
+                 tier: Tier | None = None,
                  ) -> None:
         self.graph = graph
         self.clock = clock
@@ -93,8 +95,9 @@ class Executor:
         self.publisher = Publisher(start_lsn)
         self.fills = FillCoordinator(self, runner, self.stats, upquery_timeout=upquery_timeout,
                                      clock=clock, prefetch=index_prefetch)
+        self.tier = tier  # the disk tier under the states (tier.py), if any
         self.evictor = Evictor(memory_limit, self.stats, self.publisher, self.fills,
-                               depends=self._depends)
+                               depends=self._depends, tier=tier)
         # Ranges that prove holes of evict-on-miss indexes empty (bounds.py).
         self.bounds = KeyBounds(runner, self.submit, self.stats, lambda: self.applied_lsn)
         # Keys filled or changed by the current packet (propagate.py).

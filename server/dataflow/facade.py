@@ -30,6 +30,7 @@ from partialflow.server.dataflow.subscriptions import (
     Subscription,
     SubscriptionManager,
 )
+from partialflow.server.dataflow.tier import Tier
 from partialflow.server.dataflow.views import ViewCatalog
 from partialflow.server.errors import (
     DeadlineExceeded,
@@ -61,8 +62,10 @@ class Dataflow:
         checkpoints: CheckpointStore | None = None,
         checkpoint_interval: float = 0.0,
         index_prefetch: bool = True,
+        tier: Tier | None = None,
     ) -> None:
         self.storage = storage
+        self.tier = tier
         self.graph = Graph()
         self.runner = runner
         self.executor = Executor(
@@ -75,8 +78,9 @@ class Dataflow:
             index_prefetch=index_prefetch,
             checkpointer=None if checkpoints is None else lambda host: Checkpointer(
                 host, checkpoints, interval=checkpoint_interval,
-                table_ids=storage.table_ids, clock=clock),
+                table_ids=storage.table_ids, clock=clock, tier=tier),
             subscriptions=SubscriptionManager,
+            tier=tier,
         )
         assert self.executor.subscriptions is not None
         self.subscriptions = self.executor.subscriptions
@@ -103,6 +107,8 @@ class Dataflow:
         if cp is not None:
             views = recover(self.executor, self.storage, self.adopt_view, views,
                             self.upquery_timeout * 10)
+        elif self.tier is not None:  # no checkpoint refers to what it holds
+            self.executor.call(self.tier.clear).result()
         for name, sql in views:
             try:
                 self.views.recreate_view(name, sql)
@@ -161,6 +167,8 @@ class Dataflow:
             for st in list(self.executor.evictor.states.values()):
                 st.release()
             self.executor.publisher.clear()
+            if self.tier is not None:
+                self.tier.close()  # keeps what the last checkpoint committed
 
     # -- views (the catalog's DDL) -----------------------------------------------------
     def create_view(self, name: str, sql: str) -> None:
@@ -354,5 +362,6 @@ class Dataflow:
                 subscribed_keys=subs["subscribed_keys"],
                 counters=dict(ex.stats.counters),
                 checkpoint=ex.checkpointer.stats() if ex.checkpointer else None,
+                tier=self.tier.stats() if self.tier is not None else None,
             )
 

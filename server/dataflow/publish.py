@@ -90,7 +90,8 @@ class Publisher:
             for st, changes in groupby(self._changed, key=itemgetter(0)):
                 rows = self._rows.setdefault(st, {})
                 stale = self._stale.get(st, 0)
-                is_filled, copy = st.is_filled, st.copy_if_small
+                # A key shelved in the disk tier is not published: a read brings it back.
+                is_filled, copy = st.in_memory, st.copy_if_small
                 read = self._read.get(st, ())
                 for _, fk in changes:
                     if not is_filled(fk):

@@ -13,6 +13,9 @@
    same path live writes take, so every restored key is exact at the last durable LSN.
 4. The views left over are created cold (full state from Spark at that LSN).
 
+Keys the checkpoint has shelved in the disk tier are shelved again if the tier's store is
+at the commit the manifest names, and start as holes otherwise (tier.py).
+
 Keys pending at C are holes in the checkpoint; a restored key whose key below is not
 restored (it can't have happened, but a hole is always safe) is evicted.
 """
@@ -27,12 +30,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from partialflow.operators.base import Row
 from partialflow.server.checkpoint import Contents, Manifest
+from partialflow.server.checkpoint.merge import Shelved
 from partialflow.server.dataflow.packets import Packet, Write
 from partialflow.server.dataflow.state import State
 
 if TYPE_CHECKING:
     from partialflow.server.dataflow.checkpointer import Checkpointer
     from partialflow.server.dataflow.evictor import Evictor
+    from partialflow.server.dataflow.tier import Tier
 
 log = logging.getLogger("partialflow.checkpoint")
 
@@ -46,6 +51,8 @@ class RecoveryExecutor(Protocol):
     def checkpointer(self) -> Checkpointer | None: ...
     @property
     def evictor(self) -> Evictor: ...
+    @property
+    def tier(self) -> Tier | None: ...
     def call(self, fn: Callable[[], Any]) -> Future: ...
     def restart_at(self, lsn: int) -> None: ...
     def submit(self, packet: Packet) -> None: ...
@@ -77,7 +84,10 @@ def recover(ex: RecoveryExecutor, storage: RecoveryStorage, adopt_view: AdoptVie
     t0 = time.monotonic()
     last = storage.last_lsn
     loaded = cp.store.load(lambda m: _unusable(m, last, storage.log_start()))
+    tier = ex.tier
     if loaded is None:
+        if tier is not None:
+            ex.call(tier.clear).result()
         ex.call(lambda: cp.start_tracking(set())).result()
         # A cold start restored nothing and replayed nothing: say so (0), so the metrics
         # and stats carry the same keys after every start.
@@ -87,6 +97,8 @@ def recover(ex: RecoveryExecutor, storage: RecoveryStorage, adopt_view: AdoptVie
         return views
     m, contents = loaded
     ex.call(lambda: ex.restart_at(m.lsn)).result()
+    if tier is None or not ex.call(lambda: tier.usable_from(m.extra.get("tier"))).result():
+        _unshelve_none(contents)
     restored: dict[int, tuple[State, list[Any]]] = {}  # sid -> the keys it restored
     cold: list[tuple[str, str]] = []
     keys = 0
@@ -112,6 +124,9 @@ def recover(ex: RecoveryExecutor, storage: RecoveryStorage, adopt_view: AdoptVie
                 if not st.is_filled(fk):
                     st.changelog.moved(fk)
         _drop_orphans(ex)
+        if tier is not None:
+            tier.keep_only({w.ref for st in ex.evictor.states.values()
+                            for fk in st.shelved_keys() if (w := st.shelved(fk)) is not None})
 
     ex.call(settle).result()
     replayed = _replay(ex, storage, m.lsn, last, timeout)
@@ -132,6 +147,14 @@ def _unusable(m: Manifest, last: int, log_start: int) -> str | None:
     if m.lsn < last and log_start > m.lsn + 1:
         return f"the write-ahead log starts at LSN {log_start}, after it"
     return None
+
+
+def _unshelve_none(contents: Contents) -> None:
+    """The disk tier does not hold what the checkpoint's shelved keys refer to (or there
+    is no tier now): those keys start as holes."""
+    for state in contents.values():
+        for fk in [fk for fk, b in state.items() if isinstance(b, Shelved)]:
+            del state[fk]
 
 
 def _contents_for(cp: Any, st: State, contents: Contents) -> dict[Any, dict[Any, Any]] | None:

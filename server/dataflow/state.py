@@ -8,6 +8,12 @@ lands) or **filled** (a bucket, possibly empty, that is exact). A full state has
 partial columns: its one fill key ``()`` is loaded when the view is created and is never
 evicted.
 
+A filled key of a partial state is either in memory or *shelved* in the disk tier
+(tier.py): still filled and exact, its contents on disk. Whatever reads or changes a
+shelved key's contents through the methods below brings it back into memory first
+(``_unshelve``), so callers see one kind of filled key; only the evictor, the publisher
+and the checkpointer ask which kind (``in_memory``, ``resident``, ``shelved``).
+
 States store; they don't decide. The executor and its helpers (the only writers) move
 keys between hole, pending and filled through the methods below, on the executor thread
 under its lock; nothing outside this module touches the dicts.
@@ -26,10 +32,12 @@ from partialflow.operators.sizes import row_size
 from partialflow.server.dataflow import bags
 from partialflow.server.dataflow.changelog import ChangeLog
 from partialflow.server.dataflow.meter import SizeMeter
+from partialflow.server.dataflow.tier import Shelved
 
 if TYPE_CHECKING:
     from partialflow.server.dataflow.fill import Fill
     from partialflow.server.dataflow.graph import Node
+    from partialflow.server.dataflow.tier import Tier
 
 _log = logging.getLogger("partialflow.state")
 
@@ -80,6 +88,10 @@ class State:
     _blocked: dict[Row, Bucket] = field(default_factory=dict, repr=False)
     # What changed, for checkpoints and subscriptions.
     changelog: ChangeLog = field(default_factory=ChangeLog, repr=False)
+    # The disk tier (set by the evictor for a partial state when there is one), and the
+    # filled keys shelved in it.
+    tier: Tier | None = field(default=None, repr=False)
+    _shelved: dict[Row, Shelved] = field(default_factory=dict, repr=False)
     # -- keys (set in __post_init__) -------------------------------------------------
     # row -> its fill key; row -> its index key; index key (for a grouped state: group
     # key) -> its fill key.
@@ -106,18 +118,27 @@ class State:
         or the dataflow closed), so the memory is freed now by reference counting."""
         self._buckets.clear()
         self._blocked.clear()
+        self.drop_shelved()
         self.meter.clear()
         self._pending.clear()
         self.changelog.untrack()
 
     # -- hole, pending or filled -------------------------------------------------------
     def lookup(self, fk: Row) -> KeyStatus:
-        if fk in self._buckets:
+        if fk in self._buckets or fk in self._shelved:
             return "hit"
         return "pending" if fk in self._pending else "hole"
 
     def is_filled(self, fk: Row) -> bool:
+        return fk in self._buckets or fk in self._shelved
+
+    def in_memory(self, fk: Row) -> bool:
+        """Filled, and not shelved (what the publisher may copy, the LRU may hold)."""
         return fk in self._buckets
+
+    def resident(self, fk: Row) -> Bucket | None:
+        """``bucket`` without bringing a shelved key back (None for one)."""
+        return self._buckets.get(fk)
 
     def is_pending(self, fk: Row) -> bool:
         return fk in self._pending
@@ -125,11 +146,23 @@ class State:
     def bucket(self, fk: Row) -> Bucket | None:
         """What a filled key stores (its bucket; for a ``flat`` state, its one bag), or
         None for a hole or a pending key (hot path). Hand it back to ``apply_rows``."""
-        return self._buckets.get(fk)
+        bucket = self._buckets.get(fk)
+        if bucket is None and fk in self._shelved:
+            bucket = self._unshelve(fk, False)
+        return bucket
+
+    def _held(self, fk: Row, read: bool = False) -> Bucket:
+        """A filled key's bucket, brought back if shelved (KeyError for any other key)."""
+        bucket = self._buckets.get(fk)
+        if bucket is None:
+            if fk not in self._shelved:
+                raise KeyError(fk)
+            bucket = self._unshelve(fk, read)
+        return bucket
 
     def index_keys(self, fk: Row) -> list[Row]:
         """A filled key's index keys (group keys) that hold something."""
-        bucket = self._buckets[fk]
+        bucket = self._held(fk)
         if self.flat:
             return [fk] if bucket else []
         return list(bucket)
@@ -137,7 +170,7 @@ class State:
     def index_entries(self, fk: Row, iks: list[Row]) -> list[tuple[Row, Any]]:
         """(index key, its bag or entry, None if it has none) for ``iks`` of filled
         ``fk``: a checkpoint's copy, the same whatever the layout."""
-        bucket = self._buckets[fk]
+        bucket = self._held(fk)
         if self.flat:
             return [(ik, bucket if ik == fk and bucket else None) for ik in iks]
         return [(ik, bucket.get(ik)) for ik in iks]
@@ -146,7 +179,8 @@ class State:
         return self._pending.get(fk)
 
     def filled_keys(self) -> list[Row]:
-        return list(self._buckets)
+        """Every filled key, in memory or shelved."""
+        return [*self._buckets, *self._shelved]
 
     def pending_keys(self) -> list[Row]:
         return list(self._pending)
@@ -157,7 +191,11 @@ class State:
 
     @property
     def keys_filled(self) -> int:
-        return len(self._buckets)
+        return len(self._buckets) + len(self._shelved)
+
+    @property
+    def keys_shelved(self) -> int:
+        return len(self._shelved)
 
     def has_pending(self) -> bool:
         return bool(self._pending)
@@ -165,12 +203,22 @@ class State:
     def holds_nothing(self) -> bool:
         """A partial state with no filled, pending or blocked key: every update for it
         is dropped here (hot path: checked per node per packet)."""
-        return self.mode != "full" and not (self._buckets or self._pending or self._blocked)
+        return self.mode != "full" and not (self._buckets or self._pending or self._blocked
+                                            or self._shelved)
 
     # -- checkpoints -------------------------------------------------------------------
-    def restore(self, fk: Row, bucket: Bucket) -> None:
+    def restore(self, fk: Row, bucket: Bucket | Shelved) -> bool:
         """Make ``fk`` filled with a checkpointed bucket ({index key: bag or entry}:
-        recovery, before any update), counted and sampled as if written."""
+        recovery, before any update), counted and sampled as if written; or, for a key
+        the checkpoint has in the disk tier, shelved there again. False when it can't be
+        (the tier was emptied: the key stays a hole)."""
+        if isinstance(bucket, Shelved):
+            if self.tier is None or self.tier.broken:
+                return False
+            self.tier.adopt(bucket)
+            self._shelved[fk] = bucket
+            self.changelog.moved(fk)
+            return True
         if self._rows:
             rows = 0
             for bag in bucket.values():
@@ -183,6 +231,7 @@ class State:
             self.meter.set_size(fk, 0)
             self.set_entries(bucket, self._entry_size)
         self.changelog.moved(fk)
+        return True
 
     # -- moving keys (executor thread only) ------------------------------------------
     def fill(self, fk: Row) -> Bucket:
@@ -217,7 +266,8 @@ class State:
     def block(self, fk: Row, fill: Fill) -> None:
         """Keep filled ``fk``'s rows aside, pending on index fill ``fill``: readers wait
         and updates are held by the fill until ``unblock``."""
-        self._blocked[fk] = self._buckets.pop(fk)
+        self._blocked[fk] = self._held(fk)
+        del self._buckets[fk]
         self._pending[fk] = fill
         self.changelog.moved(fk)  # a checkpoint records a blocked key as a hole
 
@@ -235,11 +285,54 @@ class State:
         return fk in self._blocked
 
     def mark_hole(self, fk: Row) -> int:
-        """Turn a filled (or blocked) key back into a hole; returns the bytes released."""
+        """Turn a filled (or blocked) key back into a hole; returns the bytes released
+        (from memory)."""
         self._buckets.pop(fk, None)
         self._blocked.pop(fk, None)
+        where = self._shelved.pop(fk, None)
+        if where is not None:
+            self.tier.drop(where)  # type: ignore[union-attr]  # shelved: there is a tier
         self.changelog.moved(fk)
         return self.meter.drop(fk)
+
+    # -- the disk tier ---------------------------------------------------------------
+    def shelve(self, fk: Row) -> int:
+        """Move filled ``fk``'s contents to the disk tier (the evictor, under memory
+        pressure); returns the memory bytes released. TierError if the tier refuses
+        (the key stays in memory)."""
+        assert self.tier is not None
+        bucket = self._buckets[fk]
+        where = self.tier.put(bucket, self.meter.sizes.get(fk, 0))
+        del self._buckets[fk]
+        self._shelved[fk] = where
+        self.changelog.moved(fk)  # a checkpoint now records where it is, not its rows
+        return self.meter.drop(fk)
+
+    def shelved(self, fk: Row) -> Shelved | None:
+        return self._shelved.get(fk)
+
+    def shelved_keys(self) -> list[Row]:
+        return list(self._shelved)
+
+    def _unshelve(self, fk: Row, read: bool) -> Bucket:
+        """Bring shelved ``fk`` back into memory (something reads or changes it; ``read``:
+        a reader does, so it counts as recently used)."""
+        where = self._shelved[fk]
+        bucket: Bucket = self.tier.take(where)  # type: ignore[union-attr]
+        del self._shelved[fk]
+        self._buckets[fk] = bucket
+        self.meter.set_size(fk, where.items)
+        self.changelog.moved(fk)
+        self.tier.on_unshelve(self, fk, read)  # type: ignore[union-attr]
+        return bucket
+
+    def drop_shelved(self) -> list[Row]:
+        """Every shelved key becomes a hole (the tier failed, or the state is dropped);
+        returns them."""
+        keys = list(self._shelved)
+        for fk in keys:
+            self.mark_hole(fk)
+        return keys
 
     # -- rows states -----------------------------------------------------------------
     def apply_row(self, bucket: Bucket, fk: Row, row: Row, sign: int) -> None:
@@ -271,6 +364,13 @@ class State:
         missed, rows, anomalies = bags.apply_deltas(
             buckets, meter.sizes, deltas, fk_of,
             None if self.flat else self.index_key_of_row, log.dirty_ik, applied)
+        if missed and self._shelved:  # shelved keys are filled: back, then apply
+            back = [fk for fk in missed if fk in self._shelved]
+            for fk in back:
+                self._unshelve(fk, False)
+            if back:
+                self._apply(buckets, fk_of, [d for fk in back for d in missed.pop(fk)],
+                            applied)
         meter.total += rows
         for row, fk in anomalies:
             self.anomalies += 1
@@ -286,17 +386,20 @@ class State:
         if self.flat:
             bag = self._buckets.get(ik)
             if bag is None:
-                return None
+                if ik not in self._shelved:
+                    return None
+                bag = self._unshelve(ik, False)
         else:
-            bucket = self._buckets.get(self.fill_key_of_index(ik))
+            bucket = self.bucket(self.fill_key_of_index(ik))
             if bucket is None:
                 return None
             bag = bucket.get(ik)
         return bags.listed(bag) if bag else []
 
     def bucket_rows(self, fk: Row) -> list[Row]:
-        """Every row of a filled key of a rows state, repeated by multiplicity."""
-        bucket = self._buckets[fk]
+        """Every row of a filled key of a rows state, repeated by multiplicity (a read:
+        a shelved key comes back as recently used)."""
+        bucket = self._held(fk, True)
         return bags.rows_of((bucket,) if self.flat else bucket.values())
 
     def copy_if_small(self, fk: Row, most: int) -> tuple[Row, ...] | None:
@@ -325,7 +428,9 @@ class State:
         groups = 0
         for group, entry in writes.items():
             fk = fk_of(group)
-            bucket = buckets[fk]
+            bucket = buckets.get(fk)
+            if bucket is None:
+                bucket = self._held(fk)
             if dirty is not None:
                 dirty.add(group)
             if entry is not None:
@@ -340,12 +445,12 @@ class State:
 
     def entry(self, group: Row) -> Any | None:
         """A group's entry, or None when the group is absent or its key not filled."""
-        bucket = self._buckets.get(self.fill_key_of_index(group))
+        bucket = self.bucket(self.fill_key_of_index(group))
         return None if bucket is None else bucket.get(group)
 
     def entries(self, fk: Row) -> list[tuple[Row, Any]]:
         """(group, entry) pairs of a filled key of a grouped state."""
-        return list(self._buckets[fk].items())
+        return list(self._held(fk).items())
 
     def _entry_size(self, entry: Any) -> int:
         op = self.node.op
@@ -382,7 +487,10 @@ class State:
             "full": "full",
         }[self.mode]
         head = f"{self.kind} state {mode}, index [{idx}]"
-        return f"{head}, {len(self._buckets)} keys filled, {self.memory_bytes} B" if live else head
+        if not live:
+            return head
+        disk = f" ({len(self._shelved)} on disk)" if self._shelved else ""
+        return f"{head}, {self.keys_filled} keys filled{disk}, {self.memory_bytes} B"
 
 
 def _same(key: Row) -> Row:

@@ -85,8 +85,12 @@ class ViewCatalog:
                 if contents is None:
                     continue
                 for fk, bucket in contents.items():
-                    st.restore(fk, bucket)
-                    ex.changed(st, fk)
+                    if not st.restore(fk, bucket):
+                        continue
+                    if st.in_memory(fk):
+                        ex.changed(st, fk)
+                    else:  # shelved in the disk tier, as the checkpoint has it
+                        ex.evictor.note_shelved(st, fk)
                 out.append((st, list(contents)))
             return out
 

@@ -19,11 +19,12 @@ from model import Model, SqliteOracle
 
 from partialflow.operators.base import GroupedOperator, Row
 from partialflow.server.checkpoint import CheckpointStore
-from partialflow.server.dataflow import Dataflow
+from partialflow.server.dataflow import Dataflow, bags
 from partialflow.server.dataflow.executor import EXPIRY_EVERY
 from partialflow.server.dataflow.packets import Tick
 from partialflow.server.dataflow.reads import Read
 from partialflow.server.dataflow.state import State
+from partialflow.server.dataflow.tier import Tier
 from partialflow.server.sql import planner
 
 
@@ -42,16 +43,19 @@ class Clock:
 
 class Harness:
     def __init__(self, *, memory_limit: int | None = None, upquery_timeout: float = 5.0,
-                 checkpoints: Path | None = None, model: Model | None = None) -> None:
+                 checkpoints: Path | None = None, model: Model | None = None,
+                 tier: Path | None = None, disk_limit: int = 1 << 40) -> None:
         """``checkpoints``: a checkpoint directory (taken on request only; the start
-        recovers from it); ``model``: the base tables of an earlier harness (a restart)."""
+        recovers from it); ``model``: the base tables of an earlier harness (a restart);
+        ``tier``: the disk tier's file (``disk_limit`` bytes), none if None."""
         self.model = model or Model()
         self.runner = FakeRunner(self.model)
         self.clock = Clock()
         store = CheckpointStore(checkpoints) if checkpoints is not None else None
+        self.tier = Tier(tier, disk_limit) if tier is not None else None
         self.df = Dataflow(self.model, self.runner, memory_limit=memory_limit,
                            upquery_timeout=upquery_timeout, clock=self.clock,
-                           checkpoints=store)
+                           checkpoints=store, tier=self.tier)
         self.df.start(threaded=False)
         self.ex = self.df.executor
         self.views: dict[str, str] = {}
@@ -159,15 +163,32 @@ class Harness:
         memo: dict[int, list[Row]] = {}
         ev = self.ex.evictor
         lru = ev.lru_sizes()
+        shelf = set(ev.shelf_order())
+        tier_bytes = tier_keys = 0
         for st in ev.states.values():
             for fk in st.filled_keys():
-                got, want = _state_content(st, fk, self.model, lsn, memo)
+                # A key shelved in the disk tier is read where it is (not brought back).
+                where = st.shelved(fk)
+                held = None
+                if where is not None:
+                    assert self.tier is not None
+                    tier_bytes, tier_keys = tier_bytes + where.nbytes, tier_keys + 1
+                    held = self.tier.peek(where)
+                    if held is None:
+                        problems.append(f"{st.label} key {fk!r}: shelved, not in the tier")
+                        continue
+                    if (st.sid, fk) not in shelf or (st.sid, fk) in lru:
+                        problems.append(f"{st.label} key {fk!r}: shelved, but not (only) in "
+                                        "the shelf's LRU")
+                    if st.size_of(fk):
+                        problems.append(f"{st.label} key {fk!r}: shelved, yet counted in memory")
+                got, want = _state_content(st, fk, self.model, lsn, memo, held)
                 if got != want:
                     problems.append(
                         f"{st.label} key {fk!r} at LSN {lsn}: {sorted(got.items(), key=repr)} != "
                         f"model {sorted(want.items(), key=repr)}"
                     )
-                if st.mode != "full" and lru.get((st.sid, fk)) != st.size_of(fk):
+                if where is None and st.mode != "full" and lru.get((st.sid, fk)) != st.size_of(fk):
                     problems.append(
                         f"{st.label} key {fk!r}: {st.size_of(fk)} B but accounted "
                         f"{lru.get((st.sid, fk))}"
@@ -183,6 +204,12 @@ class Harness:
             if st.memory_bytes != st.meter.recounted_bytes():
                 problems.append(f"{st.label}: running total {st.memory_bytes} B != "
                                 f"{st.meter.recounted_bytes()} B summed from its keys")
+        if self.tier is not None and not self.tier.broken and (
+                (self.tier.bytes, self.tier.keys) != (tier_bytes, tier_keys)
+                or self.tier.stored() != tier_keys):
+            problems.append(f"tier holds {self.tier.keys} keys, {self.tier.bytes} B "
+                            f"({self.tier.stored()} stored), states {tier_keys} keys, "
+                            f"{tier_bytes} B")
         if ev.partial_bytes != sum(lru.values()):
             problems.append(f"partial bytes {ev.partial_bytes} != LRU total {sum(lru.values())}")
         if ev.full_bytes != sum(st.memory_bytes for st in ev.states.values() if st.mode == "full"):
@@ -213,17 +240,22 @@ class _Collect(logging.Handler):
 
 
 def _state_content(
-    st: State, fk: Row, model: Model, lsn: int, memo: dict
+    st: State, fk: Row, model: Model, lsn: int, memo: dict, held: Any = None
 ) -> tuple[Counter, Counter]:
     """(what the state holds at ``fk``, what it should hold) as comparable bags. Grouped
-    states are compared by their output rows (bounded candidates may differ legitimately)."""
+    states are compared by their output rows (bounded candidates may differ legitimately).
+    ``held``: the key's contents as the disk tier has them (a shelved key)."""
     if st.kind == "rows":
-        got = Counter(norm_row(r) for r in st.bucket_rows(fk))
+        if held is not None:
+            got = Counter(norm_row(r) for r in bags.rows_of((held,) if st.flat else held.values()))
+        else:
+            got = Counter(norm_row(r) for r in st.bucket_rows(fk))
         want = Counter(norm_row(r) for r in state_rows(st, {fk}, model, lsn, {}))
         return got, want
     op = st.node.op
     assert isinstance(op, GroupedOperator)
-    got = Counter(norm_row(r) for g, e in st.entries(fk) for r in op.output_rows(g, e))
+    entries = held.items() if held is not None else st.entries(fk)
+    got = Counter(norm_row(r) for g, e in entries for r in op.output_rows(g, e))
     want: Counter = Counter()
     for r in node_rows(st.node, model, lsn, memo):
         if st.fill_key_of_index(tuple(r[c] for c in st.index_cols)) == fk:

@@ -56,13 +56,18 @@ def _write(h: Harness, rng: random.Random) -> None:
 
 
 @pytest.mark.parametrize("seed", range(40))
-def test_checkpoint_copied_across_packets_restores_exactly(tmp_path, monkeypatch, seed):
+@pytest.mark.parametrize("tier", [False, True], ids=["memory", "tier"])
+def test_checkpoint_copied_across_packets_restores_exactly(tmp_path, monkeypatch, seed, tier):
     # One piece of copying per packet, tiny pieces: the most interleaving there can be.
     monkeypatch.setattr(checkpointer, "STEP_SECONDS", 0.0)
     monkeypatch.setattr(checkpointer, "SLICE", 2)
     monkeypatch.setattr(checkpointer, "CHUNK_RECORDS", 3)
     rng = random.Random(seed)
-    h = Harness(checkpoints=tmp_path, memory_limit=rng.choice([None, 6000]))
+    # With a disk tier, keys evicted for memory are shelved there; the checkpoints record
+    # where they are and the restart takes them back from the same file.
+    tier_file = tmp_path / "tier.db" if tier else None
+    h = Harness(checkpoints=tmp_path, memory_limit=rng.choice([None, 6000]),
+                tier=tier_file, disk_limit=rng.choice([1 << 30, 3000]))
     _setup(h, rng)
     cp = h.ex.checkpointer
     assert cp is not None
@@ -101,7 +106,9 @@ def test_checkpoint_copied_across_packets_restores_exactly(tmp_path, monkeypatch
     h.settle()
     assert h.check_states() == [] and h.check_quiet() == []
 
-    restarted = Harness(checkpoints=tmp_path, model=h.model)
+    h.close()
+    restarted = Harness(checkpoints=tmp_path, model=h.model, tier=tier_file,
+                        memory_limit=6000 if tier else None)
     restarted.views = dict(h.views)
     restarted.settle()
     info = restarted.df.stats().checkpoint
@@ -115,5 +122,4 @@ def test_checkpoint_copied_across_packets_restores_exactly(tmp_path, monkeypatch
     for view, keys in (("mv", CATEGORIES), ("counts", list(range(10)))):
         for key, (rows, lsn) in zip(keys, restarted.lookup(view, keys), strict=True):
             assert restarted.mismatch(view, (key,), rows, lsn) is None
-    h.close()
     restarted.close()

@@ -16,6 +16,9 @@ bounded; ``=long`` explores much further (e.g. before merging changes to the exe
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -68,7 +71,13 @@ class Ordering(RuleBasedStateMachine):
     @initialize(data=st.data())
     def setup(self, data: st.DataObject) -> None:
         sc = self.scenario = SCENARIOS[self.scenario_name]
-        self.h = Harness(upquery_timeout=UPQUERY_TIMEOUT)
+        # Half the examples keep keys evicted for memory in a disk tier (dataflow/tier.py),
+        # some with a tier so small that shelved keys become holes too.
+        self._dir = tempfile.mkdtemp(prefix="pf-tier-")
+        tier = data.draw(st.sampled_from([None, 1 << 30, 2_000]), label="disk limit")
+        self.h = Harness(upquery_timeout=UPQUERY_TIMEOUT,
+                         tier=None if tier is None else Path(self._dir) / "tier.db",
+                         disk_limit=tier or 0)
         for table, columns in sc.tables.items():
             rows = data.draw(
                 st.lists(sc.rows[table], max_size=sc.initial), label=f"rows of {table}"
@@ -292,6 +301,7 @@ class Ordering(RuleBasedStateMachine):
             assert not problems, "\n".join(problems)
         finally:
             h.close()
+            shutil.rmtree(self._dir, ignore_errors=True)
 
 
 def _machine(name: str) -> type[Ordering]:
