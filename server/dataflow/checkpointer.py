@@ -236,11 +236,8 @@ class Checkpointer:
             try:
                 extra["tier"] = self.tier.commit()
             except Exception as e:
-                log.error("checkpoint %d dropped: the disk tier can't commit (%s)",
-                          self._seq, e)
                 self.store.abort()
-                self._need_full = True
-                self.failed += 1
+                self._committed(None, RuntimeError(f"the disk tier can't commit: {e}"))
                 return
         tables = self._tables
         states = self._states()

@@ -67,6 +67,7 @@ class Evictor:
         self._shelf: LRUCache = LRUCache(maxsize=math.inf)
         if tier is not None:
             tier.on_unshelve = self._unshelved
+            tier.on_broken = self._tier_failed
         # (sid, fill key) -> how many subscribed reader keys rely on it (subscriptions.py):
         # never evicted for memory, as a subscriber would get a refill at every packet.
         self.pins: dict[tuple[int, Row], int] = {}
@@ -156,8 +157,11 @@ class Evictor:
 
     def enforce_memory(self) -> None:
         tier = self.tier
-        if tier is not None and tier.broken and self._shelf:  # it broke bringing a key back
-            self._tier_failed()
+        if tier is not None:  # between packets: the rows of keys brought back go now
+            try:
+                tier.collect()
+            except TierError:  # broken: its keys are holes already (on_broken)
+                pass
         if self.memory_limit is None:
             return
         pinned: list[tuple[int, Row]] = []
@@ -211,6 +215,8 @@ class Evictor:
         write's or a join's at the cold end (``_cold``)."""
         key = (st.sid, fk)
         self._shelf.pop(key, None)
+        if st.node.view is not None:  # published again (at the packet's end): reads of
+            self.publisher.changed(st, fk)  # it need not take the lock from now on
         if read:
             self._lru[key] = None
         else:

@@ -418,6 +418,8 @@ class Executor:
             found: dict[Row, list[Row]] = {}
             blocked: set[Row] = set()
             misses = 0
+            tier = self.tier
+            unshelved = tier.counters["unshelved"] if tier is not None else 0
             for k in keys:
                 if st.is_filled(k):
                     rows = found[k] = st.bucket_rows(k)
@@ -433,6 +435,10 @@ class Executor:
                 counters = self.stats.view(count_as)
                 counters["hits"] += len(found)
                 counters["misses"] += misses
+            if tier is not None and tier.counters["unshelved"] != unshelved:
+                # Keys came back from the disk tier outside a packet: a tick keeps the
+                # memory limit (at its end) now, not at the next write or idle tick.
+                self.submit(Tick())
             return lsn, found, blocked
 
     # -- views coming and going (on the executor thread) -------------------------------

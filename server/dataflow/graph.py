@@ -282,7 +282,7 @@ class Graph:
             if live and isinstance(n.op, Join) and n.op.cross:
                 lines.append(f"{pad}  cross product now: {cross_sizes(n)}")
             for st in states_of(n):
-                lines.append(f"{pad}  └ {st.describe(live)}")
+                lines.append(f"{pad}  └ {describe_state(st, live)}")
                 if st.reason:
                     lines.append(f"{pad}    why: {st.reason}")
             for p in n.parents:
@@ -306,7 +306,7 @@ class Graph:
             if n.nid in seen:
                 return
             seen.add(n.nid)
-            states = "\\n".join(st.describe() for st in states_of(n))
+            states = "\\n".join(describe_state(st) for st in states_of(n))
             label = n.label().replace('"', '\\"') + (f"\\n{states}" if states else "")
             shape = "cylinder" if n.table else ("note" if n.view else "box")
             out.append(f'  n{n.nid} [label="{label}", shape={shape}];')
@@ -345,3 +345,20 @@ def cross_sizes(node: Node) -> str:
         sizes.append((rows, st.memory_bytes if st is not None else 0))
     (lr, lb), (rr, rb) = sizes
     return (f"left {lr} rows ({lb} B) x right {rr} rows ({rb} B) = {lr * rr} rows out")
+
+
+def describe_state(st: State, live: bool = True) -> str:
+    """A state as explain shows it: its kind, mode and index, and (``live``) how much it
+    holds now."""
+    key = ",".join(map(str, st.partial_cols))
+    idx = ",".join(map(str, st.index_cols))
+    mode = {
+        "partial": f"partial on [{key}]",
+        "miss": f"partial (evict-on-miss) on [{key}]",
+        "full": "full",
+    }[st.mode]
+    head = f"{st.kind} state {mode}, index [{idx}]"
+    if not live:
+        return head
+    disk = f" ({st.keys_shelved} on disk)" if st.keys_shelved else ""
+    return f"{head}, {st.keys_filled} keys filled{disk}, {st.memory_bytes} B"

@@ -236,6 +236,8 @@ class State:
     # -- moving keys (executor thread only) ------------------------------------------
     def fill(self, fk: Row) -> Bucket:
         """Make ``fk`` filled with an empty bucket (the caller loads it); returns it."""
+        if fk in self._shelved:  # not expected (only holes are filled): the new one wins
+            self.tier.drop(self._shelved.pop(fk))  # type: ignore[union-attr]
         bucket: Bucket = {}
         self._buckets[fk] = bucket
         self.meter.set_size(fk, 0)
@@ -477,20 +479,6 @@ class State:
             parts = (bucket,) if self.flat else bucket.values()
             out[fk] = sum([n for bag in parts for n in bag.values()])
         return out
-
-    def describe(self, live: bool = True) -> str:
-        key = ",".join(map(str, self.partial_cols))
-        idx = ",".join(map(str, self.index_cols))
-        mode = {
-            "partial": f"partial on [{key}]",
-            "miss": f"partial (evict-on-miss) on [{key}]",
-            "full": "full",
-        }[self.mode]
-        head = f"{self.kind} state {mode}, index [{idx}]"
-        if not live:
-            return head
-        disk = f" ({len(self._shelved)} on disk)" if self._shelved else ""
-        return f"{head}, {self.keys_filled} keys filled{disk}, {self.memory_bytes} B"
 
 
 def _same(key: Row) -> Row:

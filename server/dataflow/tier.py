@@ -26,14 +26,21 @@ commit's number into the manifest. Recovery keeps the store if its last commit i
 manifest's, and empties it otherwise (a crash between the commit and the manifest, or a
 failed checkpoint): shelved keys then start as holes, which is always safe.
 
-Any SQLite error (a full disk above all) breaks the tier for the rest of the run: SQLite
-may have rolled back the open transaction, so every shelved key is made a hole
-(``Evictor``) and eviction makes holes from then on.
+Bringing a key back only reads the store: its row is deleted later, between packets
+(``collect``), with every other write to the store. So a packet never writes to the disk
+halfway through a write's propagation, and a full disk can only fail a write made between
+packets (shelving, collecting, committing). Such a failure breaks the tier for the rest of
+the run: SQLite may have rolled back the open transaction, so every shelved key is made a
+hole right then (``on_broken``: the evictor does it, a consistent cut) and eviction makes
+holes from then on. A failed *read* of the store is a damaged file or an I/O error, and
+the key's contents are gone in the middle of a packet: that is fatal (log, then
+``os._exit``), as a failed fsync is in storage; a restart recovers from the checkpoint.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import pickle
 import sqlite3
 from collections.abc import Callable
@@ -81,6 +88,10 @@ class Tier:
         # Called (state, fill key, by a read?) when a key comes back into memory: the
         # evictor puts it in its LRU then (a read's at the recent end).
         self.on_unshelve: Callable[[State, Row, bool], None] = _nobody
+        # Called once when the tier breaks (between packets): every shelved key must
+        # become a hole at once (the evictor's).
+        self.on_broken: Callable[[], None] = _nothing
+        self._garbage: list[tuple[int]] = []  # rows of keys brought back or dropped
         self.counters = {"shelved": 0, "unshelved": 0, "tier_evictions": 0, "commits": 0}
         self._db.execute("BEGIN")
 
@@ -97,15 +108,23 @@ class Tier:
         return Shelved(ref, len(blob), items)
 
     def take(self, where: Shelved) -> Any:
-        """A shelved key's contents, removed from the store (the key is in memory again)."""
-        row = self._run("SELECT v FROM kv WHERE id = ?", (where.ref,)).fetchone()
-        if row is None:
-            self._fail(f"key {where.ref} is missing from {self.path}")
-        self._run("DELETE FROM kv WHERE id = ?", (where.ref,))
+        """A shelved key's contents (the key is in memory again; its row goes at the next
+        ``collect``). Reads only: a failure here is fatal (see the module docstring)."""
+        try:
+            row = self._db.execute("SELECT v FROM kv WHERE id = ?", (where.ref,)).fetchone()
+            if row is None:
+                raise sqlite3.DatabaseError(f"row {where.ref} is missing")
+            value = load_value(row[0])
+        except Exception as e:
+            log.critical("the disk tier %s can't give back a key it holds (%s): stopping; "
+                         "a restart recovers from the last checkpoint", self.path, e)
+            logging.shutdown()
+            os._exit(72)
+        self._garbage.append((where.ref,))
         self.bytes -= where.nbytes
         self.keys -= 1
         self.counters["unshelved"] += 1
-        return load_value(row[0])
+        return value
 
     def peek(self, where: Shelved) -> Any:
         """A shelved key's contents, left where they are (for checks)."""
@@ -114,14 +133,24 @@ class Tier:
 
     def stored(self) -> int:
         """Keys the store holds now (for checks: ``keys`` must equal it)."""
-        return self._run("SELECT count(*) FROM kv").fetchone()[0]
+        return self._run("SELECT count(*) FROM kv").fetchone()[0] - len(self._garbage)
 
     def drop(self, where: Shelved) -> None:
         """A shelved key became a hole: its contents are not needed any more."""
         self.bytes -= where.nbytes
         self.keys -= 1
         if not self.broken:
-            self._run("DELETE FROM kv WHERE id = ?", (where.ref,))
+            self._garbage.append((where.ref,))
+
+    def collect(self) -> None:
+        """Delete the rows of keys brought back or dropped since the last call (between
+        packets: the evictor, and every commit)."""
+        if self._garbage and not self.broken:
+            garbage, self._garbage = self._garbage, []
+            try:
+                self._db.executemany("DELETE FROM kv WHERE id = ?", garbage)
+            except sqlite3.Error as e:
+                self._fail(f"{type(e).__name__}: {e}")
 
     def adopt(self, where: Shelved) -> None:
         """Recovery: a key the checkpoint names as shelved is shelved again."""
@@ -133,6 +162,7 @@ class Tier:
         """Commit what is stored now (a checkpoint's cut); returns the commit's number,
         for the manifest. TierError if it can't (the tier is broken)."""
         n = self.committed + 1
+        self.collect()
         self._run("INSERT OR REPLACE INTO meta (k, v) VALUES ('commit', ?)", (n,))
         self._run("COMMIT")
         self._run("BEGIN")
@@ -153,8 +183,8 @@ class Tier:
         """Recovery is over: delete what no restored key refers to (keys of views dropped
         or planned differently since)."""
         gone = [(r,) for (r,) in self._db.execute("SELECT id FROM kv") if r not in refs]
-        if gone:
-            self._db.executemany("DELETE FROM kv WHERE id = ?", gone)
+        self._garbage += gone
+        self.collect()
         log.info("disk tier: %d keys restored (%d bytes), %d dropped", len(refs),
                  self.bytes, len(gone))
 
@@ -163,6 +193,7 @@ class Tier:
         if self.broken:
             return
         self._run("DELETE FROM kv")
+        self._garbage.clear()
         self.bytes = self.keys = 0
 
     def close(self) -> None:
@@ -185,8 +216,10 @@ class Tier:
 
     def _fail(self, why: str) -> None:
         self.broken = why
+        self._garbage.clear()
         log.error("disk tier failed (%s): its keys become holes; eviction makes holes "
                   "until the server restarts", why)
+        self.on_broken()
         raise TierError(why)
 
     def stats(self) -> dict[str, Any]:
@@ -196,4 +229,8 @@ class Tier:
 
 
 def _nobody(st: State, fk: Row, read: bool) -> None:
+    pass
+
+
+def _nothing() -> None:
     pass

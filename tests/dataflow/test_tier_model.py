@@ -1,0 +1,196 @@
+"""The disk tier on the JVM-free model: what a user relies on when keys are shelved.
+
+Keys evicted for memory are shelved in the tier (server/dataflow/tier.py) and stay exact:
+reading one answers the model's own answer (SQLite over the base tables) without an
+upquery; writing to one brings it back and applies the write; the tier's limit makes
+holes; a failing store makes every shelved key a hole and answers stay exact; the store
+commits only at checkpoints, so a restart reuses exactly what the checkpoint names.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from typing import Any
+
+import pytest
+from stepped import Harness
+
+from partialflow.server.dataflow.tier import Tier, TierError
+
+COUNT = "SELECT k, COUNT(*) AS n, SUM(v) AS total FROM t WHERE k = ? GROUP BY k"
+ROWS = "SELECT k, v FROM t WHERE k = ?"
+JOIN = "SELECT t.k, t.v, u.w FROM t JOIN u ON t.k = u.k WHERE t.k = ?"
+KEYS = 40
+
+
+def _harness(tmp_path, **kw: Any) -> Harness:
+    kw.setdefault("memory_limit", 6_000)
+    h = Harness(tier=tmp_path / "tier.db", **kw)
+    h.table("t", [("k", "BIGINT"), ("v", "BIGINT")],
+            [(k, 10 * k + i) for k in range(KEYS) for i in range(k % 3 + 1)])
+    h.table("u", [("k", "BIGINT"), ("w", "TEXT")], [(k, f"w{k}") for k in range(KEYS)])
+    for name, sql in (("counts", COUNT), ("rows", ROWS), ("joined", JOIN)):
+        h.view(name, sql)
+    return h
+
+
+def _read_all(h: Harness) -> None:
+    for view in ("counts", "rows", "joined"):
+        keys = [(k,) for k in range(KEYS)]
+        for key, (rows, lsn) in zip(keys, h.lookup(view, keys), strict=True):
+            assert h.mismatch(view, key, rows, lsn) is None
+
+
+def test_shelved_keys_read_exactly_without_upqueries(tmp_path):
+    h = _harness(tmp_path)
+    try:
+        _read_all(h)
+        h.settle()
+        assert h.tier is not None and h.tier.keys > 0, "the memory limit shelved keys"
+        assert h.ex.evictor.memory_bytes <= 6_000
+        upqueries = h.df.stats().counters.get("upqueries", 0)
+        # Write to keys of every kind (shelved or not), then read everything again.
+        h.model.write("t", inserts=[(k, 1000 + k) for k in range(0, KEYS, 3)],
+                      deletes=[(k, 10 * k) for k in range(1, KEYS, 4)])
+        h.model.write("u", inserts=[(k, f"x{k}") for k in range(0, KEYS, 5)])
+        h.settle()
+        assert h.check_states() == []
+        _read_all(h)
+        h.settle()
+        assert h.df.stats().counters.get("upqueries", 0) == upqueries, "shelved keys came from disk"
+        assert h.tier.counters["unshelved"] > 0 and h.tier.counters["shelved"] > 0
+        assert h.check_states() == [] and h.check_quiet() == []
+    finally:
+        h.close()
+
+
+def test_the_disk_limit_makes_holes_and_answers_stay_exact(tmp_path):
+    h = _harness(tmp_path, disk_limit=1_500)
+    try:
+        _read_all(h)
+        h.settle()
+        assert h.tier is not None and h.tier.counters["tier_evictions"] > 0
+        assert h.tier.bytes <= 1_500
+        h.model.write("t", inserts=[(k, 7) for k in range(KEYS)])
+        h.settle()
+        _read_all(h)
+        h.settle()
+        assert h.tier.bytes <= 1_500
+        assert h.check_states() == [] and h.check_quiet() == []
+    finally:
+        h.close()
+
+
+class _Failing:
+    """A SQLite connection that refuses every write from now on, as a full disk does
+    (SQLITE_FULL), and reads as before; only the tier's failure handling is under test."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+        self.in_transaction = db.in_transaction
+
+    def execute(self, sql: str, args: tuple = ()) -> Any:
+        if sql.startswith("SELECT"):
+            return self.db.execute(sql, args)
+        raise sqlite3.OperationalError("database or disk is full")
+
+    def executemany(self, sql: str, args: Any) -> Any:
+        raise sqlite3.OperationalError("database or disk is full")
+
+    def close(self) -> None:
+        self.db.close()
+
+
+def test_a_failing_tier_turns_shelved_keys_into_holes(tmp_path):
+    h = _harness(tmp_path)
+    try:
+        _read_all(h)
+        h.settle()
+        tier = h.tier
+        assert tier is not None and tier.keys > 0
+        tier._db = _Failing(tier._db)  # type: ignore[assignment]
+        # A write to shelved keys brings them back (a read of the store); deleting their
+        # rows and shelving others then fails between packets: every shelved key becomes
+        # a hole, with what was filled relying on it.
+        h.model.write("t", inserts=[(k, 5) for k in range(KEYS)])
+        h.settle()
+        assert tier.broken
+        assert all(not st.shelved_keys() for st in h.ex.evictor.states.values())
+        # From now on eviction makes holes, and every answer is still exact.
+        _read_all(h)
+        h.settle()
+        assert h.check_states() == []
+        assert h.df.stats().as_dict()["disk_broken"]
+    finally:
+        h.close()
+
+
+def test_the_store_keeps_only_what_a_checkpoint_committed(tmp_path):
+    path = tmp_path / "t.db"
+    tier = Tier(path, 1 << 20)
+    kept = tier.put({"a": 1}, 1)
+    n = tier.commit()
+    later = tier.put({"b": 2}, 1)  # after the cut: a crash (or close) rolls it back
+    tier.close()
+    again = Tier(path, 1 << 20)
+    assert again.committed == n
+    assert again.usable_from(n)
+    assert again.peek(kept) == {"a": 1}
+    assert again.peek(later) is None
+    again.close()
+    # A manifest naming another commit (a crash between the tier's commit and the
+    # manifest): the store is emptied, its keys start as holes.
+    other = Tier(path, 1 << 20)
+    assert not other.usable_from(n - 1)
+    assert other.peek(kept) is None and other.stored() == 0
+    other.close()
+
+
+def test_a_broken_tier_refuses_clearly(tmp_path):
+    tier = Tier(tmp_path / "t.db", 1 << 20)
+    tier._db = _Failing(tier._db)  # type: ignore[assignment]
+    with pytest.raises(TierError, match="disk is full"):
+        tier.put({"a": 1}, 1)
+    assert "disk is full" in tier.broken
+    with pytest.raises(TierError, match="tier is off"):
+        tier.commit()
+    tier.close()
+
+
+def test_a_restart_reuses_the_shelved_keys_a_checkpoint_named(tmp_path):
+    h = _harness(tmp_path, checkpoints=tmp_path / "cp")
+    try:
+        _read_all(h)
+        h.settle()
+        shelved = h.tier.keys  # type: ignore[union-attr]
+        assert shelved > 0
+        cp = h.ex.checkpointer
+        assert cp is not None
+        fut = cp.request()
+        for _ in range(200):
+            h.settle()
+            if fut.done():
+                break
+            time.sleep(0.01)
+        m = fut.result(5)
+        assert m.extra.get("tier") == h.tier.committed  # type: ignore[union-attr]
+        h.model.write("t", inserts=[(k, 3) for k in range(KEYS)])  # replayed at the restart
+        h.settle()
+    finally:
+        h.close()
+    restarted = Harness(checkpoints=tmp_path / "cp", model=h.model, tier=tmp_path / "tier.db",
+                        memory_limit=6_000)
+    try:
+        restarted.views = dict(h.views)
+        restarted.settle()
+        assert restarted.tier is not None and restarted.tier.keys > 0, "shelved keys reused"
+        assert restarted.check_states() == [] and restarted.check_quiet() == []
+        before = restarted.df.stats().counters.get("upqueries", 0)
+        _read_all(restarted)
+        restarted.settle()
+        assert restarted.check_states() == []
+        # Every key was in the checkpoint (in memory or shelved): no read needed Spark.
+        assert restarted.df.stats().counters.get("upqueries", 0) == before
+    finally:
+        restarted.close()
