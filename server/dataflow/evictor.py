@@ -224,12 +224,19 @@ class Evictor:
 
     def _enforce_disk(self, tier: Tier) -> None:
         """Over the tier's limit: the least recently shelved keys become holes."""
+        kept: list[tuple[int, Row]] = []
         while tier.bytes > tier.limit and self._shelf:
             (sid, fk), _ = self._shelf.popitem()
             st = self.states.get(sid)
-            if st is not None and st.shelved(fk) is not None:
-                tier.counters["tier_evictions"] += 1
-                self.evict(st, fk)
+            if st is None or st.shelved(fk) is None:
+                continue
+            if _pinned(st, fk):  # a fill in flight relies on it (as for memory)
+                kept.append((sid, fk))
+                continue
+            tier.counters["tier_evictions"] += 1
+            self.evict(st, fk)
+        for key in kept:
+            self._shelf[key] = None
 
     def _tier_failed(self) -> None:
         """The tier broke (tier.py): every shelved key becomes a hole, with what was

@@ -392,9 +392,12 @@ class State:
                     return None
                 bag = self._unshelve(ik, False)
         else:
-            bucket = self.bucket(self.fill_key_of_index(ik))
+            fk = self.fill_key_of_index(ik)
+            bucket = self._buckets.get(fk)  # not self.bucket(): a join's hot path
             if bucket is None:
-                return None
+                if fk not in self._shelved:
+                    return None
+                bucket = self._unshelve(fk, False)
             bag = bucket.get(ik)
         return bags.listed(bag) if bag else []
 
@@ -447,8 +450,13 @@ class State:
 
     def entry(self, group: Row) -> Any | None:
         """A group's entry, or None when the group is absent or its key not filled."""
-        bucket = self.bucket(self.fill_key_of_index(group))
-        return None if bucket is None else bucket.get(group)
+        fk = self.fill_key_of_index(group)
+        bucket = self._buckets.get(fk)  # not self.bucket(): an aggregate's hot path
+        if bucket is None:
+            if fk not in self._shelved:
+                return None
+            bucket = self._unshelve(fk, False)
+        return bucket.get(group)
 
     def entries(self, fk: Row) -> list[tuple[Row, Any]]:
         """(group, entry) pairs of a filled key of a grouped state."""
