@@ -9,9 +9,9 @@ files of a chain apply oldest first, so the last word about a key wins:
 * ``("H", fk)``            — ``fk`` is a hole;
 * ``("I", fk, pairs)``     — in filled ``fk``, set each index key's value (a bag of rows,
   or a group's entry), or remove it (value ``None``);
-* ``("T", fk, (ref, nbytes, items))`` — ``fk`` is filled and shelved in the dataflow's
-  disk tier (server/dataflow/tier.py), whose commit the manifest names: row ``ref`` of the
-  tier's store holds it (replaces it);
+* ``("T", fk, ref)``       — ``fk`` is filled and shelved in the dataflow's disk tier
+  (server/dataflow/tier.py), whose commit the manifest names: row ``ref`` of the tier's
+  store holds it (replaces it);
 * ``("S", fk, bytes)``     — written by earlier versions (a key's size); ignored: a state
   counts what it restores.
 
@@ -34,12 +34,9 @@ from partialflow.server.checkpoint.files import CorruptCheckpoint, Manifest, rea
 
 
 class Shelved(NamedTuple):
-    """A key kept in the disk tier: its row in the tier's store, the pickle's bytes and
-    the key's rows or groups (its size in memory is counted from them)."""
+    """A key kept in the disk tier: its row in the tier's store."""
 
     ref: int
-    nbytes: int
-    items: int
 
 
 # signature -> fill key -> {index key: value}, or Shelved for a key in the disk tier
@@ -117,7 +114,7 @@ def apply(contents: Contents, chunk: Chunk) -> None:
             elif tag == "F":
                 state[rec[1]] = {}
             elif tag == "T":
-                state[rec[1]] = Shelved(*rec[2])
+                state[rec[1]] = Shelved(rec[2])
             elif tag == "H":
                 state.pop(rec[1], None)
             elif tag == "R":
@@ -157,7 +154,7 @@ def full_chunks(contents: Contents, per_chunk: int = 4096) -> Iterator[Chunk]:
         chunk.append((sig, records))
         for fk, bucket in state.items():
             if isinstance(bucket, Shelved):
-                records.append(("T", fk, tuple(bucket)))
+                records.append(("T", fk, bucket.ref))
                 continue
             records.append(("F", fk))
             for pairs in _slices(bucket.items(), per_chunk):

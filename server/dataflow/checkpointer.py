@@ -315,8 +315,8 @@ class Checkpointer:
                     yield
                 continue
             if bucket is None:
-                where = st.shelved(fk)
-                self._record(st, ("H", fk) if where is None else ("T", fk, tuple(where)))
+                ref = st.shelved(fk)
+                self._record(st, ("H", fk) if ref is None else ("T", fk, ref))
                 continue
             self._record(st, ("F", fk))
             keys = st.index_keys(fk)

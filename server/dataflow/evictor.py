@@ -62,9 +62,6 @@ class Evictor:
         # not in the LRU, shelved again before any key of it (oldest first); a read moves
         # one into the LRU.
         self._cold: dict[tuple[int, Row], None] = {}
-        # Shelved keys, least recently shelved first: the first to become holes when the
-        # tier is over its limit.
-        self._shelf: LRUCache = LRUCache(maxsize=math.inf)
         if tier is not None:
             tier.on_unshelve = self._unshelved
             tier.on_broken = self._tier_failed
@@ -184,8 +181,11 @@ class Evictor:
                     else self.evict(st, fk)
         for key in pinned:  # back in (as recently used: a fill is relying on them)
             self._lru[key] = None
-        if tier is not None and tier.bytes > tier.limit:
-            self._enforce_disk(tier)
+        if tier is not None and tier.bytes > tier.limit and not tier.broken:
+            try:
+                self._enforce_disk(tier)
+            except TierError:  # broken: its keys are holes already (on_broken)
+                pass
 
     # -- the disk tier -------------------------------------------------------------------
     def _shelve(self, st: State, fk: Row) -> int:
@@ -199,22 +199,12 @@ class Evictor:
             return self.evict(st, fk)
         if st.node.view is not None:
             self.publisher.changed(st, fk)  # no longer published: a read brings it back
-        self._shelf[(st.sid, fk)] = None
         return freed
-
-    def shelf_order(self) -> list[tuple[int, Row]]:
-        """Shelved (sid, fill key), least recently shelved first (for checks)."""
-        return list(self._shelf)
-
-    def note_shelved(self, st: State, fk: Row) -> None:
-        """Recovery shelved ``fk`` of ``st`` again, as its checkpoint had it."""
-        self._shelf[(st.sid, fk)] = None
 
     def _unshelved(self, st: State, fk: Row, read: bool) -> None:
         """A key came back from the tier: into the LRU, a read's as the most recent, a
         write's or a join's at the cold end (``_cold``)."""
         key = (st.sid, fk)
-        self._shelf.pop(key, None)
         if st.node.view is not None:  # published again (at the packet's end): reads of
             self.publisher.changed(st, fk)  # it need not take the lock from now on
         if read:
@@ -223,20 +213,23 @@ class Evictor:
             self._cold[key] = None
 
     def _enforce_disk(self, tier: Tier) -> None:
-        """Over the tier's limit: the least recently shelved keys become holes."""
-        kept: list[tuple[int, Row]] = []
-        while tier.bytes > tier.limit and self._shelf:
-            (sid, fk), _ = self._shelf.popitem()
-            st = self.states.get(sid)
-            if st is None or st.shelved(fk) is None:
-                continue
-            if _pinned(st, fk):  # a fill in flight relies on it (as for memory)
-                kept.append((sid, fk))
-                continue
-            tier.counters["tier_evictions"] += 1
-            self.evict(st, fk)
-        for key in kept:
-            self._shelf[key] = None
+        """Over the tier's limit: the least recently shelved keys (the tier's lowest rows)
+        become holes, but not those a fill in flight relies on (as for memory)."""
+        after = 0
+        while tier.bytes > tier.limit:
+            batch = tier.victims(after, 256)
+            if not batch:
+                return
+            for ref, sid, fk in batch:
+                after = ref
+                st = self.states.get(sid)
+                # Rows of keys brought back or dropped in this pass are still there.
+                if st is None or st.shelved(fk) != ref or _pinned(st, fk):
+                    continue
+                tier.counters["tier_evictions"] += 1
+                self.evict(st, fk)
+                if tier.bytes <= tier.limit:
+                    return
 
     def _tier_failed(self) -> None:
         """The tier broke (tier.py): every shelved key becomes a hole, with what was
@@ -244,7 +237,6 @@ class Evictor:
         for st in list(self.states.values()):
             for fk in st.shelved_keys():
                 self.evict(st, fk)
-        self._shelf.clear()
 
     # -- evicting ------------------------------------------------------------------------
     def evict(self, st: State, fk: Row) -> int:
@@ -260,7 +252,6 @@ class Evictor:
             key = (st.sid, fk)
             self._lru.pop(key, None)
             self._cold.pop(key, None)
-            self._shelf.pop(key, None)
             self.stats.count("evictions")
             for v in st.node.users if st.node.view is not None else ():
                 self.stats.count_view(v, "evictions")

@@ -125,8 +125,8 @@ def recover(ex: RecoveryExecutor, storage: RecoveryStorage, adopt_view: AdoptVie
                     st.changelog.moved(fk)
         _drop_orphans(ex)
         if tier is not None:
-            tier.keep_only({w.ref for st in ex.evictor.states.values()
-                            for fk in st.shelved_keys() if (w := st.shelved(fk)) is not None})
+            tier.keep_only({ref for st in ex.evictor.states.values()
+                            for fk in st.shelved_keys() if (ref := st.shelved(fk)) is not None})
 
     ex.call(settle).result()
     replayed = _replay(ex, storage, m.lsn, last, timeout)

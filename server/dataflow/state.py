@@ -29,10 +29,10 @@ from typing import TYPE_CHECKING, Any, Literal
 from partialflow.operators.base import Row
 from partialflow.operators.grouped import column_getter
 from partialflow.operators.sizes import row_size
+from partialflow.server.checkpoint.merge import Shelved
 from partialflow.server.dataflow import bags
 from partialflow.server.dataflow.changelog import ChangeLog
 from partialflow.server.dataflow.meter import SizeMeter
-from partialflow.server.dataflow.tier import Shelved
 
 if TYPE_CHECKING:
     from partialflow.server.dataflow.fill import Fill
@@ -89,9 +89,10 @@ class State:
     # What changed, for checkpoints and subscriptions.
     changelog: ChangeLog = field(default_factory=ChangeLog, repr=False)
     # The disk tier (set by the evictor for a partial state when there is one), and the
-    # filled keys shelved in it.
+    # filled keys shelved in it: each one's row in the tier's store (only that stays in
+    # memory; tier.py).
     tier: Tier | None = field(default=None, repr=False)
-    _shelved: dict[Row, Shelved] = field(default_factory=dict, repr=False)
+    _shelved: dict[Row, int] = field(default_factory=dict, repr=False)
     # -- keys (set in __post_init__) -------------------------------------------------
     # row -> its fill key; row -> its index key; index key (for a grouped state: group
     # key) -> its fill key.
@@ -215,8 +216,8 @@ class State:
         if isinstance(bucket, Shelved):
             if self.tier is None or self.tier.broken:
                 return False
-            self.tier.adopt(bucket)
-            self._shelved[fk] = bucket
+            self.tier.adopt(bucket.ref)
+            self._shelved[fk] = bucket.ref
             self.changelog.moved(fk)
             return True
         if self._rows:
@@ -291,9 +292,9 @@ class State:
         (from memory)."""
         self._buckets.pop(fk, None)
         self._blocked.pop(fk, None)
-        where = self._shelved.pop(fk, None)
-        if where is not None:
-            self.tier.drop(where)  # type: ignore[union-attr]  # shelved: there is a tier
+        ref = self._shelved.pop(fk, None)
+        if ref is not None:
+            self.tier.drop(ref)  # type: ignore[union-attr]  # shelved: there is a tier
         self.changelog.moved(fk)
         return self.meter.drop(fk)
 
@@ -304,13 +305,14 @@ class State:
         (the key stays in memory)."""
         assert self.tier is not None
         bucket = self._buckets[fk]
-        where = self.tier.put(bucket, self.meter.sizes.get(fk, 0))
+        ref = self.tier.put(self.sid, fk, bucket, self.meter.sizes.get(fk, 0))
         del self._buckets[fk]
-        self._shelved[fk] = where
+        self._shelved[fk] = ref
         self.changelog.moved(fk)  # a checkpoint now records where it is, not its rows
         return self.meter.drop(fk)
 
-    def shelved(self, fk: Row) -> Shelved | None:
+    def shelved(self, fk: Row) -> int | None:
+        """Shelved ``fk``'s row in the tier's store (None if not shelved)."""
         return self._shelved.get(fk)
 
     def shelved_keys(self) -> list[Row]:
@@ -319,11 +321,11 @@ class State:
     def _unshelve(self, fk: Row, read: bool) -> Bucket:
         """Bring shelved ``fk`` back into memory (something reads or changes it; ``read``:
         a reader does, so it counts as recently used)."""
-        where = self._shelved[fk]
-        bucket: Bucket = self.tier.take(where)  # type: ignore[union-attr]
+        bucket: Bucket
+        bucket, items = self.tier.take(self._shelved[fk])  # type: ignore[union-attr]
         del self._shelved[fk]
         self._buckets[fk] = bucket
-        self.meter.set_size(fk, where.items)
+        self.meter.set_size(fk, items)
         self.changelog.moved(fk)
         self.tier.on_unshelve(self, fk, read)  # type: ignore[union-attr]
         return bucket

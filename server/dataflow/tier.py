@@ -20,8 +20,8 @@ Why SQLite (the standard library's ``sqlite3``), not RocksDB or LMDB:
 * a full disk is an error (``SQLITE_FULL``), not the SIGBUS an mmap'd store gets;
 * it is already here (storage's row index uses it), so no new dependency.
 
-Checkpoints reuse the tier: a checkpoint records a shelved key as ``("T", fk, ref)`` (where
-its pickle is, its size and its item count), commits the store at the cut and writes the
+Checkpoints reuse the tier: a checkpoint records a shelved key as ``("T", fk, ref)`` (its
+row in the store), commits the store at the cut and writes the
 commit's number into the manifest. Recovery keeps the store if its last commit is the
 manifest's, and empties it otherwise (a crash between the commit and the manifest, or a
 failed checkpoint): shelved keys then start as holes, which is always safe.
@@ -45,9 +45,9 @@ import pickle
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from partialflow.server.checkpoint.merge import Shelved, load_value
+from partialflow.server.checkpoint.merge import load_value
 
 if TYPE_CHECKING:
     from partialflow.operators.base import Row
@@ -62,7 +62,12 @@ class TierError(Exception):
 
 class Tier:
     """One SQLite file under the data directory, used on the executor thread only (under
-    its lock). ``limit``: bytes of pickled keys it holds at most."""
+    its lock). ``limit``: bytes of pickled keys it holds at most.
+
+    A state keeps only each shelved key's row number in memory (``State._shelved``): the
+    row holds the state's id, the key, its contents and its item count, and row numbers
+    grow as keys are shelved, so the least recently shelved keys are the lowest rows
+    (``victims``) and the evictor keeps no order of its own."""
 
     def __init__(self, path: Path, limit: int) -> None:
         self.path = path
@@ -76,7 +81,8 @@ class Tier:
         # matches and recovery empties the tier (never a wrong key).
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("PRAGMA cache_size=-8192")  # 8 MiB; more spills to the WAL
-        self._db.execute("CREATE TABLE IF NOT EXISTS kv (id INTEGER PRIMARY KEY, v BLOB)")
+        self._db.execute("CREATE TABLE IF NOT EXISTS kv (id INTEGER PRIMARY KEY, sid INTEGER, "
+                         "fk BLOB, items INTEGER, v BLOB)")
         self._db.execute("CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v INTEGER)")
         row = self._db.execute("SELECT v FROM meta WHERE k = 'commit'").fetchone()
         self.committed = row[0] if row else 0  # the number of the last commit
@@ -96,51 +102,47 @@ class Tier:
         self._db.execute("BEGIN")
 
     # -- keys --------------------------------------------------------------------------
-    def put(self, value: Any, items: int) -> Shelved:
-        """Store a key's contents; TierError if the store refuses (the tier is broken)."""
+    def put(self, sid: int, fk: Row, value: Any, items: int) -> int:
+        """Store a key's contents; returns its row. TierError if the store refuses (the
+        tier is broken)."""
         blob = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        key = pickle.dumps(fk, protocol=pickle.HIGHEST_PROTOCOL)
         ref = self._next
-        self._run("INSERT INTO kv (id, v) VALUES (?, ?)", (ref, blob))
+        self._run("INSERT INTO kv (id, sid, fk, items, v) VALUES (?, ?, ?, ?, ?)",
+                  (ref, sid, key, items, blob))
         self._next += 1
         self.bytes += len(blob)
         self.keys += 1
         self.counters["shelved"] += 1
-        return Shelved(ref, len(blob), items)
+        return ref
 
-    def take(self, where: Shelved) -> Any:
-        """A shelved key's contents (the key is in memory again; its row goes at the next
-        ``collect``). Reads only: a failure here is fatal (see the module docstring)."""
-        try:
-            row = self._db.execute("SELECT v FROM kv WHERE id = ?", (where.ref,)).fetchone()
-            if row is None:
-                raise sqlite3.DatabaseError(f"row {where.ref} is missing")
-            value = load_value(row[0])
-        except Exception as e:
-            log.critical("the disk tier %s can't give back a key it holds (%s): stopping; "
-                         "a restart recovers from the last checkpoint", self.path, e)
-            logging.shutdown()
-            os._exit(72)
-        self._garbage.append((where.ref,))
-        self.bytes -= where.nbytes
+    def take(self, ref: int) -> tuple[Any, int]:
+        """A shelved key's contents and item count (the key is in memory again; its row
+        goes at the next ``collect``). Reads only: a failure is fatal (module docstring)."""
+        row = self._read("SELECT v, items FROM kv WHERE id = ?", ref)
+        self._garbage.append((ref,))
+        self.bytes -= len(row[0])
         self.keys -= 1
         self.counters["unshelved"] += 1
-        return value
+        return _load(self, row[0]), row[1]
 
-    def peek(self, where: Shelved) -> Any:
-        """A shelved key's contents, left where they are (for checks)."""
-        row = self._run("SELECT v FROM kv WHERE id = ?", (where.ref,)).fetchone()
-        return None if row is None else load_value(row[0])
-
-    def stored(self) -> int:
-        """Keys the store holds now (for checks: ``keys`` must equal it)."""
-        return self._run("SELECT count(*) FROM kv").fetchone()[0] - len(self._garbage)
-
-    def drop(self, where: Shelved) -> None:
+    def drop(self, ref: int) -> None:
         """A shelved key became a hole: its contents are not needed any more."""
-        self.bytes -= where.nbytes
         self.keys -= 1
         if not self.broken:
-            self._garbage.append((where.ref,))
+            self.bytes -= self._read("SELECT length(v) FROM kv WHERE id = ?", ref)[0]
+            self._garbage.append((ref,))
+
+    def victims(self, after: int, n: int) -> list[tuple[int, int, Row]]:
+        """(row, state id, fill key) of up to ``n`` rows after row ``after``, the least
+        recently shelved first (the disk limit's victims; rows of keys brought back or
+        dropped since the last ``collect`` are among them: the caller checks)."""
+        try:
+            rows = self._db.execute("SELECT id, sid, fk FROM kv WHERE id > ? ORDER BY id "
+                                    "LIMIT ?", (after, n)).fetchall()
+        except sqlite3.Error as e:
+            self._fail(f"{type(e).__name__}: {e}")
+        return [(ref, sid, load_value(fk)) for ref, sid, fk in rows]
 
     def collect(self) -> None:
         """Delete the rows of keys brought back or dropped since the last call (between
@@ -152,9 +154,9 @@ class Tier:
             except sqlite3.Error as e:
                 self._fail(f"{type(e).__name__}: {e}")
 
-    def adopt(self, where: Shelved) -> None:
-        """Recovery: a key the checkpoint names as shelved is shelved again."""
-        self.bytes += where.nbytes
+    def adopt(self, ref: int) -> None:
+        """Recovery: a key the checkpoint names as shelved is shelved again (its bytes are
+        counted by ``keep_only``)."""
         self.keys += 1
 
     # -- commits (checkpoint cuts) -------------------------------------------------------
@@ -181,11 +183,12 @@ class Tier:
 
     def keep_only(self, refs: set[int]) -> None:
         """Recovery is over: delete what no restored key refers to (keys of views dropped
-        or planned differently since)."""
+        or planned differently since), and count what stays."""
         gone = [(r,) for (r,) in self._db.execute("SELECT id FROM kv") if r not in refs]
         self._garbage += gone
         self.collect()
-        log.info("disk tier: %d keys restored (%d bytes), %d dropped", len(refs),
+        self.keys, self.bytes = self.stored()
+        log.info("disk tier: %d keys restored (%d bytes), %d dropped", self.keys,
                  self.bytes, len(gone))
 
     def clear(self) -> None:
@@ -204,7 +207,33 @@ class Tier:
         except sqlite3.Error:
             pass
 
+    # -- checks --------------------------------------------------------------------------
+    def peek(self, ref: int) -> Any:
+        """A shelved key's contents, left where they are (for checks); None if absent."""
+        row = self._db.execute("SELECT v FROM kv WHERE id = ?", (ref,)).fetchone()
+        return None if row is None else load_value(row[0])
+
+    def stored(self) -> tuple[int, int]:
+        """(keys, bytes) the store holds for shelved keys now (``keys`` and ``bytes``
+        must equal them)."""
+        garbage = {r for (r,) in self._garbage}
+        rows = [n for ref, n in self._db.execute("SELECT id, length(v) FROM kv")
+                if ref not in garbage]
+        return len(rows), sum(rows)
+
     # -- failures ------------------------------------------------------------------------
+    def _read(self, sql: str, ref: int) -> tuple:
+        """A row the tier holds; a failure is fatal: the key's contents are gone in the
+        middle of a packet (see the module docstring)."""
+        try:
+            row = self._db.execute(sql, (ref,)).fetchone()
+            if row is None:
+                raise sqlite3.DatabaseError(f"row {ref} is missing")
+            return row
+        except Exception as e:
+            _fatal(self, e)
+            raise
+
     def _run(self, sql: str, args: tuple = ()) -> sqlite3.Cursor:
         if self.broken:
             raise TierError(f"the disk tier is off: {self.broken}")
@@ -214,7 +243,7 @@ class Tier:
             self._fail(f"{type(e).__name__}: {e}")
             raise AssertionError("unreachable") from e
 
-    def _fail(self, why: str) -> None:
+    def _fail(self, why: str) -> NoReturn:
         self.broken = why
         self._garbage.clear()
         log.error("disk tier failed (%s): its keys become holes; eviction makes holes "
@@ -226,6 +255,21 @@ class Tier:
         return {"disk_limit": self.limit, "disk_bytes": self.bytes, "disk_keys": self.keys,
                 "disk_commits": self.committed, "disk_broken": self.broken,
                 **{f"disk_{k}": v for k, v in self.counters.items()}}
+
+
+def _load(tier: Tier, blob: bytes) -> Any:
+    try:
+        return load_value(blob)
+    except Exception as e:
+        _fatal(tier, e)
+        raise
+
+
+def _fatal(tier: Tier, e: BaseException) -> None:
+    log.critical("the disk tier %s can't give back a key it holds (%s): stopping; a restart "
+                 "recovers from the last checkpoint", tier.path, e)
+    logging.shutdown()
+    os._exit(72)
 
 
 def _nobody(st: State, fk: Row, read: bool) -> None:

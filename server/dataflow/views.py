@@ -85,12 +85,10 @@ class ViewCatalog:
                 if contents is None:
                     continue
                 for fk, bucket in contents.items():
-                    if not st.restore(fk, bucket):
-                        continue
-                    if st.in_memory(fk):
+                    # (A key the checkpoint has shelved in the disk tier is shelved
+                    # again, or left a hole if the tier no longer holds it.)
+                    if st.restore(fk, bucket) and st.in_memory(fk):
                         ex.changed(st, fk)
-                    else:  # shelved in the disk tier, as the checkpoint has it
-                        ex.evictor.note_shelved(st, fk)
                 out.append((st, list(contents)))
             return out
 
