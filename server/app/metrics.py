@@ -117,6 +117,7 @@ class EngineCollector(Collector):
         yield from self._dataflow(stats)
         yield from self._verifier(stats.get("verifier") or {})
         yield from self._checkpoint(stats.get("checkpoint") or {})
+        yield from self._tier(stats)
         yield from self._spark(stats.get("spark") or {})
         yield from self._follow(stats.get("follow") or {})
 
@@ -297,6 +298,27 @@ class EngineCollector(Collector):
             ("replayed_writes", "Logged writes replayed after the checkpoint at start."),
         ):
             yield from _gauge(f"partialflow_checkpoint_{key}", doc, ck.get(key))
+
+
+    def _tier(self, stats: dict) -> Iterator[Metric]:
+        # The disk tier (serve --disk-limit, server/dataflow/tier.py); absent without one.
+        if "tier_limit" not in stats:
+            return
+        for key, doc in (
+            ("limit", "Bytes the disk tier may hold (--disk-limit)."),
+            ("bytes", "Bytes of keys shelved in the disk tier."),
+            ("keys", "Keys shelved in the disk tier."),
+        ):
+            yield from _gauge(f"partialflow_tier_{key}", doc, stats.get(f"tier_{key}"))
+        yield GaugeMetricFamily("partialflow_tier_ok",
+                                "0 once the disk tier failed (its keys became holes).",
+                                value=0.0 if stats.get("tier_broken") else 1.0)
+        for key, doc in (
+            ("shelved", "Keys moved from memory to the disk tier."),
+            ("unshelved", "Keys brought back from the disk tier (read or written)."),
+            ("evictions", "Shelved keys made holes by the disk limit."),
+        ):
+            yield from _counter(f"partialflow_tier_{key}", doc, stats.get(f"tier_{key}"))
 
 
 class Metrics:

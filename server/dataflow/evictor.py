@@ -226,7 +226,7 @@ class Evictor:
                 # Rows of keys brought back or dropped in this pass are still there.
                 if st is None or st.shelved(fk) != ref or _pinned(st, fk):
                     continue
-                tier.counters["tier_evictions"] += 1
+                tier.counters["evictions"] += 1
                 self.evict(st, fk)
                 if tier.bytes <= tier.limit:
                     return

@@ -93,7 +93,7 @@ class DataflowStats:
     subscribed_keys: int
     counters: dict[str, int] = field(default_factory=dict)  # Stats.counters, by name
     checkpoint: dict[str, Any] | None = None  # Checkpointer.stats, None when off
-    tier: dict[str, Any] | None = None  # Tier.stats (disk_* keys), None without a tier
+    tier: dict[str, Any] | None = None  # Tier.stats (tier_* keys), None without a tier
 
     def as_dict(self) -> dict[str, Any]:
         return {

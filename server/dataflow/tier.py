@@ -98,7 +98,7 @@ class Tier:
         # become a hole at once (the evictor's).
         self.on_broken: Callable[[], None] = _nothing
         self._garbage: list[tuple[int]] = []  # rows of keys brought back or dropped
-        self.counters = {"shelved": 0, "unshelved": 0, "tier_evictions": 0, "commits": 0}
+        self.counters = {"shelved": 0, "unshelved": 0, "evictions": 0, "commits": 0}
         self._db.execute("BEGIN")
 
     # -- keys --------------------------------------------------------------------------
@@ -252,9 +252,9 @@ class Tier:
         raise TierError(why)
 
     def stats(self) -> dict[str, Any]:
-        return {"disk_limit": self.limit, "disk_bytes": self.bytes, "disk_keys": self.keys,
-                "disk_commits": self.committed, "disk_broken": self.broken,
-                **{f"disk_{k}": v for k, v in self.counters.items()}}
+        return {"tier_limit": self.limit, "tier_bytes": self.bytes, "tier_keys": self.keys,
+                "tier_broken": self.broken,
+                **{f"tier_{k}": v for k, v in self.counters.items()}}
 
 
 def _load(tier: Tier, blob: bytes) -> Any:

@@ -106,3 +106,35 @@ def test_a_cold_start_reports_its_recovery_as_zero(metered):
     with metered.client() as db:
         recovery = db.stats()["checkpoint"]
     assert recovery["recovered_keys"] == 0 and recovery["replayed_writes"] == 0
+
+
+def test_the_disk_tier_is_measured(spark, tmp_path):
+    # A memory limit far below the view's keys and a disk tier: keys read are shelved,
+    # and reading them again brings them back; the endpoint says how many, as stats do.
+    srv = InProcessServer(tmp_path / "data", spark, metrics_port=0, memory_limit=20_000,
+                          disk_limit=50_000_000)
+    srv.start()
+    try:
+        c = srv.client()
+        c.execute("CREATE TABLE tiered (k BIGINT, v BIGINT)")
+        c.insert("tiered", [(k, k * 2) for k in range(400)])
+        c.execute("CREATE VIEW tiered_sum AS SELECT k, SUM(v) AS s FROM tiered "
+                  "WHERE k = ? GROUP BY k")
+        keys = list(range(400))
+        c.lookup_many("tiered_sum", keys)
+        c.lookup_many("tiered_sum", keys)
+        samples = scrape(srv)
+        stats = c.stats()
+        assert stats["tier_keys"] > 0 and stats["tier_unshelved"] > 0
+        assert samples[("partialflow_tier_ok", ())] == 1
+        assert samples[("partialflow_tier_limit", ())] == 50_000_000
+        assert samples[("partialflow_tier_shelved_total", ())] >= stats["tier_keys"]
+        assert samples[("partialflow_tier_unshelved_total", ())] > 0
+        assert samples[("partialflow_tier_keys", ())] > 0
+        c.close()
+    finally:
+        srv.stop()
+
+
+def test_no_disk_tier_no_tier_metrics(metered):
+    assert not any(name.startswith("partialflow_tier_") for name, _ in scrape(metered))

@@ -70,7 +70,7 @@ def test_the_disk_limit_makes_holes_and_answers_stay_exact(tmp_path):
     try:
         _read_all(h)
         h.settle()
-        assert h.tier is not None and h.tier.counters["tier_evictions"] > 0
+        assert h.tier is not None and h.tier.counters["evictions"] > 0
         assert h.tier.bytes <= 1_500
         h.model.write("t", inserts=[(k, 7) for k in range(KEYS)])
         h.settle()
@@ -121,7 +121,7 @@ def test_a_failing_tier_turns_shelved_keys_into_holes(tmp_path):
         _read_all(h)
         h.settle()
         assert h.check_states() == []
-        assert h.df.stats().as_dict()["disk_broken"]
+        assert h.df.stats().as_dict()["tier_broken"]
     finally:
         h.close()
 
