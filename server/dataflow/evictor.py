@@ -162,6 +162,7 @@ class Evictor:
         if self.memory_limit is None:
             return
         pinned: list[tuple[int, Row]] = []
+        shelving: list[tuple[State, Row]] = []  # stored in the tier together, below
         total = self.memory_bytes
         cold = self._cold
         while total > self.memory_limit and (self._lru or cold):
@@ -175,12 +176,18 @@ class Evictor:
                                    or self.depends(st, fk)):
                 pinned.append((sid, fk))
                 continue
-            if st is not None:
-                self.stats.count("memory_evictions")
-                total -= self._shelve(st, fk) if tier is not None and not tier.broken \
-                    else self.evict(st, fk)
+            if st is None:
+                continue
+            self.stats.count("memory_evictions")
+            if tier is None or tier.broken or _derived_leaf(st):
+                total -= self.evict(st, fk)
+            elif st.in_memory(fk):
+                total -= st.size_of(fk)
+                shelving.append((st, fk))
         for key in pinned:  # back in (as recently used: a fill is relying on them)
             self._lru[key] = None
+        if shelving:
+            self._shelve(shelving)
         if tier is not None and tier.bytes > tier.limit and not tier.broken:
             try:
                 self._enforce_disk(tier)
@@ -188,18 +195,20 @@ class Evictor:
                 pass
 
     # -- the disk tier -------------------------------------------------------------------
-    def _shelve(self, st: State, fk: Row) -> int:
-        """Move a least recently used key to the tier (a hole if the tier refuses)."""
-        if not st.in_memory(fk):
-            return 0
+    def _shelve(self, keys: list[tuple[State, Row]]) -> None:
+        """Move least recently used keys to the tier, in one write (holes if the tier
+        refuses: it is broken then, and its keys are holes already)."""
+        assert self.tier is not None
         try:
-            freed = st.shelve(fk)
+            refs = self.tier.put_many([st.to_shelve(fk) for st, fk in keys])
         except TierError:
-            self._tier_failed()
-            return self.evict(st, fk)
-        if st.node.view is not None:
-            self.publisher.changed(st, fk)  # no longer published: a read brings it back
-        return freed
+            for st, fk in keys:
+                self.evict(st, fk)
+            return
+        for (st, fk), ref in zip(keys, refs, strict=True):
+            st.shelve(fk, ref)
+            if st.node.view is not None:
+                self.publisher.changed(st, fk)  # no longer published: a read brings it back
 
     def _unshelved(self, st: State, fk: Row, read: bool) -> None:
         """A key came back from the tier: into the LRU, a read's as the most recent, a
@@ -301,6 +310,15 @@ class Evictor:
                     self.evict(st, k)
             else:
                 self.evict(st, fk)
+
+
+def _derived_leaf(st: State) -> bool:
+    """A state whose keys become holes rather than shelved: derived in Python from a
+    grouped state below (a view's reader over its aggregate: ``State.source``) with
+    nothing above it. A read derives its key again from the source's (shelved or not)
+    without Spark, and a write pays one trip to the disk for the aggregate's key, not
+    two."""
+    return st.source is not None and not st.dependents
 
 
 def _pinned(st: State, fk: Row) -> bool:

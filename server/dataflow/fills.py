@@ -88,6 +88,10 @@ class FillCoordinator:
             return
         now = self.clock()
         first, _ = self._miss_times.get(st.sid, (now, now))
+        if st.source is not None and st.source[0].is_filled(fk):
+            # Derived from filled state at this packet's end (``_issue``), no upquery:
+            # nothing to gather it with, so no waiting for more misses.
+            first = now - GATHER_MAX
         self._miss_times[st.sid] = (first, now)
         ws = self.wanted.setdefault(st, {}).setdefault(fk, [])
         if waiter is not None:

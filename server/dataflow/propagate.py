@@ -137,6 +137,8 @@ class Propagator:
             if scope is None and not st.partial_cols and st.is_filled(()):
                 passed = groups  # one fill key, filled: every group goes in
             else:
+                if st.keys_shelved:  # those the batch changes come back in one read
+                    st.unshelve([st.fill_key_of_index(g) for g in groups])
                 passed = {}
                 fk_of = st.fill_key_of_index
                 for group, batch in groups.items():

@@ -299,13 +299,15 @@ class State:
         return self.meter.drop(fk)
 
     # -- the disk tier ---------------------------------------------------------------
-    def shelve(self, fk: Row) -> int:
-        """Move filled ``fk``'s contents to the disk tier (the evictor, under memory
-        pressure); returns the memory bytes released. TierError if the tier refuses
-        (the key stays in memory)."""
-        assert self.tier is not None
-        bucket = self._buckets[fk]
-        ref = self.tier.put(self.sid, fk, bucket, self.meter.sizes.get(fk, 0))
+    def to_shelve(self, fk: Row) -> tuple[int, Row, Bucket, int]:
+        """What the tier stores for filled ``fk`` (``Tier.put_many``): this state's id,
+        the key, its contents and its rows or groups."""
+        return self.sid, fk, self._buckets[fk], self.meter.sizes.get(fk, 0)
+
+    def shelve(self, fk: Row, ref: int) -> int:
+        """``fk``'s contents are in the disk tier at row ``ref`` (the evictor stored what
+        ``to_shelve`` gave, under memory pressure): out of memory it goes; returns the
+        memory bytes released."""
         del self._buckets[fk]
         self._shelved[fk] = ref
         self.changelog.moved(fk)  # a checkpoint now records where it is, not its rows
@@ -318,11 +320,24 @@ class State:
     def shelved_keys(self) -> list[Row]:
         return list(self._shelved)
 
-    def _unshelve(self, fk: Row, read: bool) -> Bucket:
+    def unshelve(self, fks: list[Row]) -> None:
+        """Bring back those of ``fks`` that are shelved, with one read of the store (a
+        write's batch is about to change them: one trip to the disk, not one per key)."""
+        shelved = self._shelved
+        back = list(dict.fromkeys([fk for fk in fks if fk in shelved]))
+        if len(back) > 1:
+            got = self.tier.take_many([shelved[fk] for fk in back])  # type: ignore[union-attr]
+            for fk in back:
+                self._unshelve(fk, False, got[shelved[fk]])
+        elif back:
+            self._unshelve(back[0], False)
+
+    def _unshelve(self, fk: Row, read: bool, got: tuple[Any, int] | None = None) -> Bucket:
         """Bring shelved ``fk`` back into memory (something reads or changes it; ``read``:
-        a reader does, so it counts as recently used)."""
+        a reader does, so it counts as recently used; ``got``: its contents, read
+        already)."""
         bucket: Bucket
-        bucket, items = self.tier.take(self._shelved[fk])  # type: ignore[union-attr]
+        bucket, items = got or self.tier.take(self._shelved[fk])  # type: ignore[union-attr]
         del self._shelved[fk]
         self._buckets[fk] = bucket
         self.meter.set_size(fk, items)
@@ -370,9 +385,8 @@ class State:
             None if self.flat else self.index_key_of_row, log.dirty_ik, applied)
         if missed and self._shelved:  # shelved keys are filled: back, then apply
             back = [fk for fk in missed if fk in self._shelved]
-            for fk in back:
-                self._unshelve(fk, False)
             if back:
+                self.unshelve(back)
                 self._apply(buckets, fk_of, [d for fk in back for d in missed.pop(fk)],
                             applied)
         meter.total += rows

@@ -40,6 +40,7 @@ the key's contents are gone in the middle of a packet: that is fatal (log, then
 from __future__ import annotations
 
 import logging
+import marshal
 import os
 import pickle
 import sqlite3
@@ -47,6 +48,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from partialflow.operators.values import NAN
 from partialflow.server.checkpoint.merge import load_value
 
 if TYPE_CHECKING:
@@ -105,16 +107,27 @@ class Tier:
     def put(self, sid: int, fk: Row, value: Any, items: int) -> int:
         """Store a key's contents; returns its row. TierError if the store refuses (the
         tier is broken)."""
-        blob = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-        key = pickle.dumps(fk, protocol=pickle.HIGHEST_PROTOCOL)
-        ref = self._next
-        self._run("INSERT INTO kv (id, sid, fk, items, v) VALUES (?, ?, ?, ?, ?)",
-                  (ref, sid, key, items, blob))
-        self._next += 1
-        self.bytes += len(blob)
-        self.keys += 1
-        self.counters["shelved"] += 1
-        return ref
+        return self.put_many([(sid, fk, value, items)])[0]
+
+    def put_many(self, keys: list[tuple[int, Row, Any, int]]) -> list[int]:
+        """Store (state id, fill key, contents, items) of each key, in one statement;
+        returns their rows. TierError if the store refuses (the tier is broken)."""
+        first = self._next
+        rows = [(first + i, sid, marshal.dumps(fk),  # plain values: marshal is faster
+                 items, pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
+                for i, (sid, fk, value, items) in enumerate(keys)]
+        if self.broken:
+            raise TierError(f"the disk tier is off: {self.broken}")
+        try:
+            self._db.executemany("INSERT INTO kv (id, sid, fk, items, v) VALUES (?, ?, ?, ?, ?)",
+                                 rows)
+        except sqlite3.Error as e:
+            self._fail(f"{type(e).__name__}: {e}")
+        self._next += len(rows)
+        self.bytes += sum([len(r[4]) for r in rows])
+        self.keys += len(rows)
+        self.counters["shelved"] += len(rows)
+        return [r[0] for r in rows]
 
     def take(self, ref: int) -> tuple[Any, int]:
         """A shelved key's contents and item count (the key is in memory again; its row
@@ -125,6 +138,28 @@ class Tier:
         self.keys -= 1
         self.counters["unshelved"] += 1
         return _load(self, row[0]), row[1]
+
+    def take_many(self, refs: list[int]) -> dict[int, tuple[Any, int]]:
+        """``take`` of several keys with one statement per 500: row -> (contents, items)."""
+        out: dict[int, tuple[Any, int]] = {}
+        for i in range(0, len(refs), 500):
+            part = refs[i:i + 500]
+            try:
+                rows = self._db.execute(
+                    f"SELECT id, v, items FROM kv WHERE id IN ({','.join('?' * len(part))})",
+                    part).fetchall()
+                if len(rows) != len(part):
+                    raise sqlite3.DatabaseError(f"{len(part) - len(rows)} rows are missing")
+            except Exception as e:
+                _fatal(self, e)
+                raise
+            for ref, blob, items in rows:
+                self._garbage.append((ref,))
+                self.bytes -= len(blob)
+                out[ref] = (_load(self, blob), items)
+        self.keys -= len(refs)
+        self.counters["unshelved"] += len(refs)
+        return out
 
     def drop(self, ref: int) -> None:
         """A shelved key became a hole: its contents are not needed any more."""
@@ -142,7 +177,7 @@ class Tier:
                                     "LIMIT ?", (after, n)).fetchall()
         except sqlite3.Error as e:
             self._fail(f"{type(e).__name__}: {e}")
-        return [(ref, sid, load_value(fk)) for ref, sid, fk in rows]
+        return [(ref, sid, _key(fk)) for ref, sid, fk in rows]
 
     def collect(self) -> None:
         """Delete the rows of keys brought back or dropped since the last call (between
@@ -255,6 +290,14 @@ class Tier:
         return {"tier_limit": self.limit, "tier_bytes": self.bytes, "tier_keys": self.keys,
                 "tier_broken": self.broken,
                 **{f"tier_{k}": v for k, v in self.counters.items()}}
+
+
+def _key(blob: bytes) -> Row:
+    """A fill key as ``put`` stored it, with NaN the one ``NAN`` object (as in rows)."""
+    fk = marshal.loads(blob)
+    if any(isinstance(v, float) and v != v for v in fk):
+        return tuple(NAN if isinstance(v, float) and v != v else v for v in fk)
+    return fk
 
 
 def _load(tier: Tier, blob: bytes) -> Any:
