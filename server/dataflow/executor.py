@@ -289,7 +289,7 @@ class Executor:
                 self._counters["writes_coalesced"] += len(records)
         elif isinstance(packet, Miss):
             for k in packet.keys:
-                self.fills.want(packet.state, k, packet.waiter)
+                self.fills.want(packet.state, k, packet.waiter, derive=True)
         elif isinstance(packet, FillDone):
             self.fills.finish(packet.fill, packet.results, packet.error)
         elif isinstance(packet, Call):

@@ -75,8 +75,10 @@ class FillCoordinator:
         self.prefetcher = Prefetcher(stats, enabled=prefetch)
 
     # -- misses ------------------------------------------------------------------------
-    def want(self, st: State, fk: Row, waiter: Waiter | None) -> None:
-        """``fk`` of ``st`` is needed (by ``waiter``, or by an evict-on-miss index)."""
+    def want(self, st: State, fk: Row, waiter: Waiter | None, derive: bool = False) -> None:
+        """``fk`` of ``st`` is needed (by ``waiter``, or by an evict-on-miss index).
+        ``derive``: the caller is between propagations (a read's miss packet), so a key
+        derivable from filled state may be derived at once."""
         status = st.lookup(fk)
         if status == "hit":
             if waiter is not None:
@@ -86,12 +88,17 @@ class FillCoordinator:
             if waiter is not None:
                 st.pending_fill(fk).waiters.setdefault((st, fk), []).append(waiter)  # type: ignore[union-attr]
             return
+        if derive and st.source is not None and self._closure(st, fk) == [st]:
+            # Derivable from filled state (a view's key from its aggregate's, in memory or
+            # shelved in the disk tier): no upquery to gather it with, so it is derived
+            # now, as ``_issue`` would at the packet's end.
+            self._derive(st, [fk])
+            self.host.changed(st, fk)
+            if waiter is not None:
+                self.answer(st, fk, [waiter])
+            return
         now = self.clock()
         first, _ = self._miss_times.get(st.sid, (now, now))
-        if st.source is not None and st.source[0].is_filled(fk):
-            # Derived from filled state at this packet's end (``_issue``), no upquery:
-            # nothing to gather it with, so no waiting for more misses.
-            first = now - GATHER_MAX
         self._miss_times[st.sid] = (first, now)
         ws = self.wanted.setdefault(st, {}).setdefault(fk, [])
         if waiter is not None:
