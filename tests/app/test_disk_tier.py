@@ -12,10 +12,12 @@ rules with a tier are covered without a JVM in tests/dataflow.)
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from helpers import InProcessServer, ServerProcess
+from tmpfs import fill, small_tmpfs
 
 VIEW = "SELECT k, COUNT(*) AS n, SUM(v) AS s FROM ev WHERE k = ? GROUP BY k"
 JOINED = (
@@ -78,6 +80,15 @@ def _memory_settles(c, bound: float = 10.0) -> None:
     while (used := c.stats()["memory_bytes"]) > MEMORY:
         assert time.monotonic() < deadline, f"memory {used} stays over the limit {MEMORY}"
         time.sleep(0.1)
+
+
+def _stats_when(c, done: Callable[[dict], bool], bound: float = 10.0) -> dict:
+    """The server's stats once ``done`` holds of them (within a liveness bound)."""
+    deadline = time.monotonic() + bound
+    while not done(stats := c.stats()):
+        assert time.monotonic() < deadline, stats
+        time.sleep(0.1)
+    return stats
 
 
 def test_shelved_keys_answer_exactly_without_upqueries(tmp_path, spark):
@@ -237,3 +248,37 @@ def test_kill_9_after_a_checkpoint_restarts_with_the_tier(tmp_path):
             _check(c, counts, joined)
     finally:
         srv.stop()
+
+
+def test_a_tier_whose_disk_fills_up_breaks_and_answers_stay_exact(tmp_path, spark):
+    data = tmp_path / "data"
+    with small_tmpfs(data / "tier", "2m") as tier_dir:
+        srv = _restart_server(data, spark, disk_limit=64 << 20)
+        try:
+            with srv.client() as c:
+                _setup(c)
+                _read(c)
+                _memory_settles(c)
+                s0 = c.stats()
+                assert s0["disk_keys"] > KEYS // 2 and s0["disk_broken"] == 0
+                fill(tier_dir / "filler", leave=0)
+                # The checkpoint commits the tier's store at its cut: SQLite can't (the
+                # disk is full), the tier breaks, and the checkpoint goes on without it.
+                taken = c.checkpoint(timeout=60)
+                s1 = _stats_when(c, lambda s: s["disk_keys"] == 0)
+                assert s1["disk_broken"] == 1, s1
+                assert s1["checkpoint"]["last_seq"] == taken["seq"]
+                # Its keys are holes now, filled from Spark when read; eviction makes
+                # holes from now on, and the memory limit holds.
+                c.insert("ev", [(80_000 + k, k, 19) for k in range(KEYS)])
+                counts, joined = _read(c)
+                s2 = c.stats()
+                assert s2.get("upqueries", 0) > s1.get("upqueries", 0)
+                assert s2["disk_shelved"] == s1["disk_shelved"] and s2["disk_keys"] == 0
+                assert s2["state_anomalies"] == 0
+                _check(c, counts, joined)
+                _memory_settles(c)
+                # Checkpoints go on without the tier.
+                assert c.checkpoint(timeout=60)["seq"] > taken["seq"]
+        finally:
+            srv.stop()
