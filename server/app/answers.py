@@ -121,11 +121,11 @@ def stats_message(stats: Mapping[str, Any]) -> pb.StatsResponse:
         out.follow.tables.extend(follow.get("tables") or ())
         out.follow.refused.update(follow.get("refused") or {})
     for name, value in stats.items():
-        if name == "disk_broken":  # why the disk tier failed ("" if it did not; the log says
-            value = int(bool(value))  # why): 1 once it failed, so clients can see it
         # bool is an int too, but no counter is a flag; floats are not counters.
         if name not in _OWN_FIELDS and type(value) is int:
             out.counters[name] = value
+    if "disk_broken" in stats:  # why the disk tier failed, "" if it did not: the log says
+        out.counters["disk_broken"] = int(bool(stats["disk_broken"]))  # why; clients see 0/1
     return out
 
 

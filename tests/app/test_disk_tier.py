@@ -11,12 +11,14 @@ rules with a tier are covered without a JVM in tests/dataflow.)
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 from helpers import InProcessServer, ServerProcess
+from oracle import assert_matches
 from tmpfs import fill, small_tmpfs
 
 VIEW = "SELECT k, COUNT(*) AS n, SUM(v) AS s FROM ev WHERE k = ? GROUP BY k"
@@ -122,13 +124,13 @@ def test_shelved_keys_answer_exactly_without_upqueries(tmp_path, spark):
             _memory_settles(c)
             # Brought back from the disk, not from Spark: no upquery, no Spark job. (A
             # read of a shelved key counts as a view miss: it was not in memory.)
-            assert s2.get("upqueries", 0) == s0.get("upqueries", 0), (s0.get("upqueries", 0), s2.get("upqueries", 0))
+            assert s2.get("upqueries", 0) == s0.get("upqueries", 0)
             assert s2["spark_jobs"] == s1["spark_jobs"]
             for view in ("counts", "joined"):
                 assert s2["views"][view]["upqueries"] == s0["views"][view]["upqueries"]
             assert s2["disk_unshelved"] > s1["disk_unshelved"] > s0["disk_unshelved"]
             assert s2["state_anomalies"] == 0
-            assert s2["disk_tier_evictions"] == 0 and s2.get("evictions", 0) == s0.get("evictions", 0) == 0
+            assert s2["disk_tier_evictions"] == 0 and s2.get("evictions", 0) == 0
     finally:
         srv.stop()
 
@@ -282,3 +284,45 @@ def test_a_tier_whose_disk_fills_up_breaks_and_answers_stay_exact(tmp_path, spar
                 assert c.checkpoint(timeout=60)["seq"] > taken["seq"]
         finally:
             srv.stop()
+
+
+class _FailingConnection:
+    """A sqlite3 connection whose every statement fails, as a damaged disk would."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+
+    def execute(self, *args: Any) -> sqlite3.Cursor:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._db, name)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "A TierError raised while bringing a shelved key back (State._unshelve -> Tier.take) "
+    "escapes into the executor's packet ('executor packet Write/Miss failed'): a write's "
+    "propagation stops midway without advancing applied_lsn, so a read at its LSN waits "
+    "until another write comes; a reader's Miss is dropped and waits out its deadline."))
+def test_a_tier_that_fails_to_give_a_key_back_breaks_and_answers_stay_exact(tmp_path, spark):
+    srv = _server(tmp_path / "data", spark, disk_limit=64 << 20)
+    try:
+        with srv.client(timeout=15) as c:  # a liveness bound: a fill takes a second or two
+            _setup(c)
+            _read(c)
+            _memory_settles(c)
+            shelved = sorted(_shelved(srv, "counts"))
+            ex = srv.engine.dataflow.executor
+            tier = ex.tier
+            ex.call(lambda: setattr(tier, "_db", _FailingConnection(tier._db))).result()
+            # A write to every key, shelved or not, then a read of its effect.
+            lsn = c.insert("ev", [(90_000 + k, k, 23) for k in range(KEYS)])
+            r = c.lookup("counts", (shelved[0],), min_lsn=lsn)
+            assert_matches(c, VIEW, (shelved[0],), r)
+            counts, joined = _read(c)
+            assert all(r.lsn >= lsn for r in counts.values())
+            _check(c, counts, joined)
+            s = c.stats()
+            assert s["disk_broken"] == 1 and s["disk_keys"] == 0 and s["state_anomalies"] == 0
+    finally:
+        srv.stop()
