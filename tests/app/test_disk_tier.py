@@ -11,7 +11,10 @@ rules with a tier are covered without a JVM in tests/dataflow.)
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -326,3 +329,20 @@ def test_a_tier_that_fails_to_give_a_key_back_breaks_and_answers_stay_exact(tmp_
             assert s["disk_broken"] == 1 and s["disk_keys"] == 0 and s["state_anomalies"] == 0
     finally:
         srv.stop()
+
+
+@pytest.mark.parametrize("value, message", [
+    ("0", "invalid disk limit 0: must be positive"),
+    ("abc", "argument --disk-limit: invalid size 'abc'"),
+    ("10XB", "argument --disk-limit: invalid size '10XB'"),
+])
+def test_a_bad_disk_limit_is_a_usage_error_and_changes_nothing(tmp_path, value, message):
+    data = tmp_path / "data"
+    done = subprocess.run(
+        [sys.executable, "-m", "partialflow.client.cli", "serve", "--data", str(data),
+         "--port", "0", "--memory-limit", "1MB", "--disk-limit", value],
+        capture_output=True, text=True, timeout=60, check=False,
+        env={k: v for k, v in os.environ.items() if not k.startswith("PARTIALFLOW_")},
+    )
+    assert done.returncode == 2 and message in done.stderr, done.stderr
+    assert not data.exists()
