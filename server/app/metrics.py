@@ -73,6 +73,11 @@ _NOT_EVENTS = {
     "busy_ns",
     "state_anomalies",
     "upquery_scan",
+    # The disk tier's levels (gauges of their own below; its counters stay events).
+    "disk_limit",
+    "disk_bytes",
+    "disk_keys",
+    "disk_broken",
 }
 
 
@@ -255,6 +260,8 @@ class EngineCollector(Collector):
             "State consistency anomalies seen.",
             stats.get("state_anomalies"),
         )
+        if "disk_limit" in stats:  # the disk tier (dataflow/tier.py), when there is one
+            yield from self._tier(stats)
         events = CounterMetricFamily(
             "partialflow_dataflow_events",
             "Executor events: writes_applied, fills, evictions, memory_evictions, join_misses...",
@@ -266,6 +273,18 @@ class EngineCollector(Collector):
                 events.add_metric([key], num)
         yield events
 
+
+    def _tier(self, stats: dict) -> Iterator[Metric]:
+        yield from _gauge("partialflow_disk_tier_limit_bytes", "The disk tier's limit.",
+                          stats.get("disk_limit"))
+        yield from _gauge("partialflow_disk_tier_bytes",
+                          "Pickled bytes of the keys shelved in the disk tier.",
+                          stats.get("disk_bytes"))
+        yield from _gauge("partialflow_disk_tier_keys", "Keys shelved in the disk tier.",
+                          stats.get("disk_keys"))
+        yield from _gauge("partialflow_disk_tier_broken",
+                          "1 once the disk tier failed (its keys became holes; see the log).",
+                          int(bool(stats.get("disk_broken"))))
 
     def _verifier(self, verifier: dict) -> Iterator[Metric]:
         # The background read sampler (serve --verify-sample, server/verifier.py).

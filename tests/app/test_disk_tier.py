@@ -16,13 +16,17 @@ import sqlite3
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 from helpers import InProcessServer, ServerProcess
 from oracle import assert_matches
+from prometheus_client.parser import text_string_to_metric_families
 from tmpfs import fill, small_tmpfs
+
+from partialflow.server.app.main import metrics_port_of
 
 VIEW = "SELECT k, COUNT(*) AS n, SUM(v) AS s FROM ev WHERE k = ? GROUP BY k"
 JOINED = (
@@ -92,6 +96,15 @@ def _stats_when(c, done: Callable[[dict], bool], bound: float = 10.0) -> dict:
         assert time.monotonic() < deadline, stats
         time.sleep(0.1)
     return stats
+
+
+def _scrape(srv: InProcessServer) -> dict[str, float]:
+    """The server's Prometheus gauges without labels, by name."""
+    port = metrics_port_of(srv.server)
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
+        text = reply.read().decode()
+    return {s.name: s.value for family in text_string_to_metric_families(text)
+            for s in family.samples if not s.labels}
 
 
 def test_shelved_keys_answer_exactly_without_upqueries(tmp_path, spark):
@@ -260,7 +273,7 @@ def test_kill_9_after_a_checkpoint_restarts_with_the_tier(tmp_path, spark):
 def test_a_tier_whose_disk_fills_up_breaks_and_answers_stay_exact(tmp_path, spark):
     data = tmp_path / "data"
     with small_tmpfs(data / "tier", "2m") as tier_dir:
-        srv = _restart_server(data, spark, disk_limit=64 << 20)
+        srv = _restart_server(data, spark, disk_limit=64 << 20, metrics_port=0)
         try:
             with srv.client() as c:
                 _setup(c)
@@ -275,6 +288,10 @@ def test_a_tier_whose_disk_fills_up_breaks_and_answers_stay_exact(tmp_path, spar
                 s1 = _stats_when(c, lambda s: s["disk_keys"] == 0)
                 assert s1["disk_broken"] == 1, s1
                 assert s1["checkpoint"]["last_seq"] == taken["seq"]
+                metrics = _scrape(srv)
+                assert metrics["partialflow_disk_tier_broken"] == 1
+                assert metrics["partialflow_disk_tier_keys"] == 0
+                assert metrics["partialflow_disk_tier_limit_bytes"] == 64 << 20
                 # Its keys are holes now, filled from Spark when read; eviction makes
                 # holes from now on, and the memory limit holds.
                 c.insert("ev", [(80_000 + k, k, 19) for k in range(KEYS)])
