@@ -178,7 +178,7 @@ def _restart_server(path, spark, **config: Any) -> InProcessServer:
 
 
 def test_a_restart_reuses_the_tier_and_one_without_it_starts_those_keys_as_holes(
-        tmp_path, spark):
+        tmp_path, spark, caplog):
     data = tmp_path / "data"
     srv = _restart_server(data, spark, disk_limit=64 << 20)
     with srv.client() as c:
@@ -209,6 +209,17 @@ def test_a_restart_reuses_the_tier_and_one_without_it_starts_those_keys_as_holes
     finally:
         srv.stop()
 
+    # A smaller tier: the restored keys beyond its limit become holes.
+    srv = _restart_server(data, spark, disk_limit=4096)
+    try:
+        with srv.client() as c:
+            s0 = _stats_when(c, lambda s: s["disk_bytes"] <= 4096)
+            assert s0["disk_tier_evictions"] > 0 and s0["disk_keys"] > 0, s0
+            counts, joined = _read(c)
+            _check(c, counts, joined)
+    finally:
+        srv.stop()
+
     srv = _restart_server(data, spark)  # no tier: its keys start as holes
     try:
         with srv.client() as c:
@@ -233,6 +244,27 @@ def test_a_restart_reuses_the_tier_and_one_without_it_starts_those_keys_as_holes
             assert c.stats().get("upqueries", 0) > 0
     finally:
         srv.stop()
+
+    # A damaged file: moved aside, a new one made, the server starts and stays exact.
+    (data / "tier" / "tier.db").write_bytes(b"not a database" * 512)
+    srv = _restart_server(data, spark, disk_limit=64 << 20)
+    try:
+        assert "can't be opened" in caplog.text
+        assert list((data / "tier").glob("tier.db.damaged-*"))
+        with srv.client() as c:
+            assert c.stats()["disk_keys"] == 0
+            counts, joined = _read(c)
+            _check(c, counts, joined)
+            _memory_settles(c)
+            assert c.stats()["disk_keys"] > 0  # the new store is used
+    finally:
+        srv.stop()
+
+
+def test_a_disk_limit_without_a_memory_limit_is_warned_about(tmp_path, spark, caplog):
+    InProcessServer(tmp_path / "data", spark, disk_limit=1 << 20, checkpoint_interval=0
+                    ).start().stop()
+    assert "--disk-limit without --memory-limit" in caplog.text
 
 
 def test_kill_9_after_a_checkpoint_restarts_with_the_tier(tmp_path, spark):
