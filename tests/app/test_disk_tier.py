@@ -8,13 +8,13 @@ smaller tier makes the restored keys beyond it holes; a restart without the tier
 those keys as holes, and a later one with it empties the stale store; a damaged file is
 moved aside. A tier whose disk fills up breaks: its keys become holes, the server goes on
 exact, checkpoints go on, and stats and metrics say so. (The ordering rules with a tier are
-covered without a JVM in tests/dataflow.)
+covered without a JVM in tests/dataflow, and so is a tier that fails while a key is brought
+back: test_tier_failures.py.)
 """
 
 from __future__ import annotations
 
 import os
-import sqlite3
 import subprocess
 import sys
 import time
@@ -24,7 +24,6 @@ from typing import Any
 
 import pytest
 from helpers import InProcessServer, ServerProcess
-from oracle import assert_matches
 from prometheus_client.parser import text_string_to_metric_families
 from tmpfs import fill, small_tmpfs
 
@@ -340,48 +339,6 @@ def test_a_tier_whose_disk_fills_up_breaks_and_answers_stay_exact(tmp_path, spar
                 assert c.checkpoint(timeout=60)["seq"] > taken["seq"]
         finally:
             srv.stop()
-
-
-class _FailingConnection:
-    """A sqlite3 connection whose every statement fails, as a damaged disk would."""
-
-    def __init__(self, db: sqlite3.Connection) -> None:
-        self._db = db
-
-    def execute(self, *args: Any) -> sqlite3.Cursor:
-        raise sqlite3.OperationalError("disk I/O error")
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._db, name)
-
-
-@pytest.mark.xfail(strict=True, reason=(
-    "A TierError raised while bringing a shelved key back (State._unshelve -> Tier.take) "
-    "escapes into the executor's packet ('executor packet Write/Miss failed'): a write's "
-    "propagation stops midway without advancing applied_lsn, so a read at its LSN waits "
-    "until another write comes; a reader's Miss is dropped and waits out its deadline."))
-def test_a_tier_that_fails_to_give_a_key_back_breaks_and_answers_stay_exact(tmp_path, spark):
-    srv = _server(tmp_path / "data", spark, disk_limit=64 << 20)
-    try:
-        with srv.client(timeout=10) as c:  # a liveness bound: a fill takes a second or two
-            _setup(c)
-            _read(c)
-            _memory_settles(c)
-            shelved = sorted(_shelved(srv, "counts"))
-            ex = srv.engine.dataflow.executor
-            tier = ex.tier
-            ex.call(lambda: setattr(tier, "_db", _FailingConnection(tier._db))).result()
-            # A write to every key, shelved or not, then a read of its effect.
-            lsn = c.insert("ev", [(90_000 + k, k, 23) for k in range(KEYS)])
-            r = c.lookup("counts", (shelved[0],), min_lsn=lsn)
-            assert_matches(c, VIEW, (shelved[0],), r)
-            counts, joined = _read(c)
-            assert all(r.lsn >= lsn for r in counts.values())
-            _check(c, counts, joined)
-            s = c.stats()
-            assert s["disk_broken"] == 1 and s["disk_keys"] == 0 and s["state_anomalies"] == 0
-    finally:
-        srv.stop()
 
 
 @pytest.mark.parametrize("value, message", [
