@@ -146,6 +146,13 @@ def test_shelved_keys_answer_exactly_without_upqueries(tmp_path, spark):
             assert s2["disk_unshelved"] > s1["disk_unshelved"] > s0["disk_unshelved"]
             assert s2["state_anomalies"] == 0
             assert s2["disk_tier_evictions"] == 0 and s2.get("evictions", 0) == 0
+            # A dropped view's shelved keys leave the store too.
+            shelved_before = c.stats()["disk_keys"]
+            c.execute("DROP VIEW joined")
+            tier = srv.engine.dataflow.tier
+            assert c.stats()["disk_keys"] < shelved_before
+            assert srv.engine.dataflow.executor.call(
+                lambda: (tier.stored(), tier.keys)).result() == (c.stats()["disk_keys"],) * 2
     finally:
         srv.stop()
 
