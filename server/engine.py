@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import logging
 import os
+import sqlite3
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -35,6 +37,28 @@ log = logging.getLogger(__name__)
 # sqlglot logs a warning for every statement it falls back to parsing as a raw Command;
 # the engine refuses those itself with a clearer message.
 logging.getLogger("sqlglot").setLevel(logging.ERROR)
+
+
+def open_tier(config: Config) -> Tier:
+    """The disk tier's store under the data directory. One SQLite can't open (a damaged
+    file) is moved aside and a new one made: it only holds copies of keys, and a store that
+    does not match the checkpoint makes those keys holes anyway. A directory that can't be
+    made stops the start (OSError), as a checkpoint directory that can't be used does."""
+    path = Path(config.data_dir) / "tier" / "tier.db"
+    if config.memory_limit is None:
+        log.warning("--disk-limit without --memory-limit: nothing is pushed out of memory, "
+                    "so the disk tier stays empty")
+    try:
+        return Tier(path, config.disk_limit or 0)
+    except sqlite3.Error as e:
+        aside = path.with_name(f"tier.db.damaged-{int(time.time())}")
+        log.error("disk tier %s can't be opened (%s): moved to %s; a new one is made and the "
+                  "keys it held start as holes", path, e, aside.name)
+        for suffix in ("", "-wal", "-shm"):
+            old = Path(f"{path}{suffix}")
+            if old.exists():
+                old.replace(f"{aside}{suffix}")
+        return Tier(path, config.disk_limit or 0)
 
 
 def _test_checkpoint_delay() -> float:
@@ -110,8 +134,7 @@ class Engine:
                 checkpoints=self.checkpoints,
                 checkpoint_interval=config.checkpoint_interval,
                 index_prefetch=config.index_prefetch,
-                tier=None if config.disk_limit is None else Tier(
-                    Path(config.data_dir) / "tier" / "tier.db", config.disk_limit),
+                tier=None if config.disk_limit is None else open_tier(config),
             )
             dataflow.start()
             self.dataflow = dataflow

@@ -121,6 +121,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         help="reads slower than this count as misses in the latency split (default 50)",
     )
     parser.add_argument(
+        "--disk-limit",
+        type=_size,
+        default=None,
+        metavar="SIZE",
+        help="run with the server's disk tier limited to SIZE (e.g. 64KB: keys shelved, "
+        "brought back and made holes at once); the server needs --disk-limit and "
+        "PARTIALFLOW_TEST_HOOKS=1, and gets its own limit back afterwards",
+    )
+    parser.add_argument(
         "--prefix", default=None, help="name prefix of the tables and views (default: random)"
     )
     parser.add_argument("--keep", action="store_true", help="keep the tables and views afterwards")
@@ -131,6 +140,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "--report-json", metavar="FILE", default=None, help="also write the report as JSON"
     )
     return parser
+
+
+def _size(text: str) -> int:
+    from partialflow.server.config import parse_size
+
+    try:
+        size = parse_size(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    if size <= 0:
+        raise argparse.ArgumentTypeError(f"invalid size {text!r}: must be positive")
+    return size
 
 
 def run(client: Any, args: argparse.Namespace) -> int:

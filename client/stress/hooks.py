@@ -19,7 +19,8 @@ SERVICE = "partialflow.testing.v1.TestHooks"
 
 
 class TestHooks:
-    """Plant wrong answers and switch Spark-scan faults on a server with hooks enabled."""
+    """Plant wrong answers, switch Spark-scan faults and change the disk tier's limit on a
+    server with hooks enabled."""
 
     __test__ = False  # not a pytest class, despite the name
 
@@ -51,3 +52,8 @@ class TestHooks:
     def corrupt(self, view: str, key: Sequence[Any]) -> bool:
         """Plant a wrong row in one filled key of ``view``; False if the key is not filled."""
         return bool(self._call("Corrupt", {"view": view, "key": list(key)})["planted"])
+
+    def set_disk_limit(self, limit: int) -> int:
+        """Change the server's disk tier limit (bytes); returns the one before.
+        FailedPrecondition if the server has no tier (or no hooks)."""
+        return int(self._call("SetDiskLimit", {"limit": limit})["limit"])

@@ -35,6 +35,8 @@ class RunInfo:
     # LSN: heartbeats come every second) for longer than this with no fault active fails the
     # run (its first event, the snapshot, may take as long as a read may: ``read_bound``).
     subscription_gap: float = 10.0
+    # The server's disk tier over the run (run._tier_delta), None without a tier.
+    disk_tier: dict[str, int] | None = None
 
 
 def _pct(values: list[float]) -> dict[str, float]:
@@ -122,6 +124,7 @@ def summarize(journal: Journal, verdict: Verdict, info: RunInfo) -> dict[str, An
                            for r in slow[:SHOWN]],
                        "over_bound_count": len(slow)},
         "server_stats": {**info.server_delta, "upquery_ms": info.server_upquery_ms},
+        "disk_tier": info.disk_tier,
         "evictions": {"calls": journal.evictions, "keys": journal.evicted_keys},
         "errors": {
             "clean_in_fault_windows": dict(Counter(f.kind for f in clean)),
@@ -233,6 +236,7 @@ def render(s: dict[str, Any]) -> str:
             f"{srv.get('upqueries', 0)} upqueries "
             f"for these views; upquery ms {_fmt_pct(srv.get('upquery_ms') or {})}"
         ),
+        *_tier_lines(s.get("disk_tier")),
         "",
         "errors",
         f"  during fault windows (expected): {_counts(e['clean_in_fault_windows'])}",
@@ -313,6 +317,17 @@ def render(s: dict[str, Any]) -> str:
     steps = ", ".join(f"{k} {v:g} s" for k, v in s["phases_s"].items())
     out += ["", f"time taken: {steps}", "", "PASS" if s["passed"] else "FAIL"]
     return "\n".join(out)
+
+
+def _tier_lines(t: dict[str, int] | None) -> list[str]:
+    if not t:
+        return []
+    return [
+        f"  disk tier  limit {t['limit']} bytes: {t['shelved']} keys shelved, "
+        f"{t['unshelved']} brought back (no upquery), {t['evictions']} made holes at its "
+        f"limit; {t['keys']} keys ({t['bytes']} bytes) shelved at the end"
+        + ("; BROKEN (see the server's log): its keys became holes" if t["broken"] else "")
+    ]
 
 
 def _counts(c: dict[str, int]) -> str:

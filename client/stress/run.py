@@ -18,6 +18,7 @@ from partialflow.client import (
     AlreadyExists,
     Client,
     DeadlineExceeded,
+    FailedPrecondition,
     PartialflowError,
     Unavailable,
 )
@@ -302,6 +303,49 @@ def run_stress(client: Client, args: argparse.Namespace) -> int:
     )
     if hooks is not None:
         hooks.set_faults("")  # refused early (FailedPrecondition) unless the server has hooks on
+    tier_hooks, own_limit = None, None
+    if getattr(args, "disk_limit", None) is not None:
+        tier_hooks = TestHooks(client, timeout=args.timeout)
+        try:
+            own_limit = tier_hooks.set_disk_limit(args.disk_limit)
+        except FailedPrecondition as err:
+            print(f"error: --disk-limit: {err}", file=sys.stderr)
+            return 1
+    tier_before = _tier_figures(client.stats())
+    try:
+        return _run(client, args, views, hooks, tier_before)
+    finally:
+        if tier_hooks is not None and own_limit is not None:
+            with contextlib.suppress(PartialflowError):
+                tier_hooks.set_disk_limit(own_limit)
+
+
+def _tier_figures(stats: dict[str, Any]) -> dict[str, int] | None:
+    """The server's disk tier figures (stats tier_*, without the prefix), None if it runs
+    without one."""
+    if "tier_limit" not in stats:
+        return None
+    return {k[5:]: int(stats.get(k, 0)) for k in (
+        "tier_limit", "tier_keys", "tier_bytes", "tier_shelved", "tier_unshelved",
+        "tier_evictions", "tier_commits", "tier_broken")}
+
+
+def _tier_delta(before: dict[str, int] | None, after: dict[str, int] | None
+                ) -> dict[str, int] | None:
+    """What the tier did during the run: its counters' growth, and where it ended."""
+    if before is None or after is None:
+        return None
+    grew = ("shelved", "unshelved", "evictions", "commits")
+    return {k: v - before[k] if k in grew else v for k, v in after.items()}
+
+
+def _run(
+    client: Client,
+    args: argparse.Namespace,
+    views: list[wl.ViewSpec],
+    hooks: TestHooks | None,
+    tier_before: dict[str, int] | None,
+) -> int:
     prefix = (args.prefix or f"stress{secrets.token_hex(3)}_").lower()
     cfg = LoadConfig(
         args.writers,
@@ -371,6 +415,7 @@ def run_stress(client: Client, args: argparse.Namespace) -> int:
         phases,
         args.read_bound,
         getattr(args, "subscription_gap", 10.0),
+        _tier_delta(tier_before, _tier_figures(stats)),
     )
     summary = summarize(journal, verdict, info)
     print(render(summary))

@@ -124,6 +124,8 @@ def stats_message(stats: Mapping[str, Any]) -> pb.StatsResponse:
         # bool is an int too, but no counter is a flag; floats are not counters.
         if name not in _OWN_FIELDS and type(value) is int:
             out.counters[name] = value
+    if "tier_broken" in stats:  # why the disk tier failed, "" if it did not: the log says
+        out.counters["tier_broken"] = int(bool(stats["tier_broken"]))  # why; clients see 0/1
     return out
 
 

@@ -263,7 +263,9 @@ class EngineCollector(Collector):
         )
         for key, value in sorted(stats.items()):
             num = _num(value)
-            if key not in _NOT_EVENTS and num is not None and key != "applied_lsn":
+            # (The disk tier's figures, tier_*, are metrics of their own: ``_tier``.)
+            if (key not in _NOT_EVENTS and num is not None and key != "applied_lsn"
+                    and not key.startswith("tier_")):
                 events.add_metric([key], num)
         yield events
 
@@ -310,9 +312,9 @@ class EngineCollector(Collector):
             ("keys", "Keys shelved in the disk tier."),
         ):
             yield from _gauge(f"partialflow_tier_{key}", doc, stats.get(f"tier_{key}"))
-        yield GaugeMetricFamily("partialflow_tier_ok",
-                                "0 once the disk tier failed (its keys became holes).",
-                                value=0.0 if stats.get("tier_broken") else 1.0)
+        yield GaugeMetricFamily("partialflow_tier_broken",
+                                "1 once the disk tier failed (its keys became holes; see the "
+                                "log).", value=1.0 if stats.get("tier_broken") else 0.0)
         for key, doc in (
             ("shelved", "Keys moved from memory to the disk tier."),
             ("unshelved", "Keys brought back from the disk tier (read or written)."),

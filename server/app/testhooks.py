@@ -1,4 +1,5 @@
-"""Test-only RPCs: plant a wrong answer in a view, switch faults on Spark scans.
+"""Test-only RPCs: plant a wrong answer in a view, switch faults on Spark scans, change
+the disk tier's limit.
 
 They let a stress run prove its checkers can fail, and inject upquery failures, hangs and
 slowness while a real workload runs. They are served as their own gRPC service,
@@ -87,6 +88,19 @@ class TestHooks:
         return to_struct({"mode": previous})
 
 
+    @_rpc
+    def SetDiskLimit(
+        self, request: struct_pb2.Struct, context: grpc.ServicerContext
+    ) -> struct_pb2.Struct:
+        """{"limit": bytes} -> {"limit": previous}: the disk tier's limit, changed while the
+        server runs (a stress run's --disk-limit); FAILED_PRECONDITION without a tier."""
+        dataflow = self._dataflow()
+        limit = json_format.MessageToDict(request).get("limit")
+        if not isinstance(limit, float) or not limit.is_integer():
+            raise InvalidArgument("SetDiskLimit needs {'limit': bytes}")
+        return to_struct({"limit": dataflow.set_disk_limit(int(limit))})
+
+
 def add_test_hooks(server: grpc.Server, engine: Any) -> None:
     """Register the TestHooks service on ``server`` (it refuses calls unless enabled)."""
     hooks = TestHooks(engine)
@@ -96,6 +110,6 @@ def add_test_hooks(server: grpc.Server, engine: Any) -> None:
     }
     handlers = {
         name: grpc.unary_unary_rpc_method_handler(getattr(hooks, name), **codec)
-        for name in ("Corrupt", "SetFaults")
+        for name in ("Corrupt", "SetFaults", "SetDiskLimit")
     }
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))

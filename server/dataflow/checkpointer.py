@@ -230,15 +230,19 @@ class Checkpointer:
         self._flush()
         self._work = None
         extra = {}
-        if self.tier is not None:
+        tier = self.tier
+        if tier is not None and not tier.broken:
             # The records of shelved keys refer to what the tier holds now: commit it at
-            # this cut. If it can't, the checkpoint is dropped (the next is a full one).
+            # this cut. If it can't, the tier is broken for the rest of the run (tier.py)
+            # and the checkpoint goes on without naming a commit: recovery then empties the
+            # store and those keys start as holes, which is always safe. (Dropping the
+            # checkpoint instead would drop every later one too, and leave a caller of
+            # ``request`` waiting.)
             try:
-                extra["tier"] = self.tier.commit()
+                extra["tier"] = tier.commit()
             except Exception as e:
-                self.store.abort()
-                self._committed(None, RuntimeError(f"the disk tier can't commit: {e}"))
-                return
+                log.error("checkpoint %d: the disk tier can't commit (%s); the keys shelved "
+                          "there are holes in it", self._seq, e)
         tables = self._tables
         states = self._states()
         views = self.ex.view_sqls()

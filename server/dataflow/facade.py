@@ -314,6 +314,23 @@ class Dataflow:
         ex = self.executor
         ex.call(lambda: ex.evictor.set_memory_limit(limit)).result()
 
+    def set_disk_limit(self, limit: int) -> int:
+        """Change the disk tier's limit (the least recently shelved keys become holes at
+        once if it is over); returns the one before. FailedPrecondition without a tier."""
+        tier = self.tier
+        if tier is None:
+            raise FailedPrecondition("the server runs without a disk tier (serve --disk-limit)")
+        if limit <= 0:
+            raise InvalidArgument(f"invalid disk limit {limit}: must be positive")
+        ex = self.executor
+
+        def go() -> int:
+            previous, tier.limit = tier.limit, limit
+            ex.evictor.enforce_memory()
+            return previous
+
+        return ex.call(go).result()
+
     # -- introspection -----------------------------------------------------------------
     def explain(self, view: str) -> tuple[str, str]:
         reader = self.reader(view)

@@ -126,7 +126,7 @@ def test_the_disk_tier_is_measured(spark, tmp_path):
         samples = scrape(srv)
         stats = c.stats()
         assert stats["tier_keys"] > 0 and stats["tier_unshelved"] > 0
-        assert samples[("partialflow_tier_ok", ())] == 1
+        assert samples[("partialflow_tier_broken", ())] == 0
         assert samples[("partialflow_tier_limit", ())] == 50_000_000
         assert samples[("partialflow_tier_shelved_total", ())] >= stats["tier_keys"]
         assert samples[("partialflow_tier_unshelved_total", ())] > 0

@@ -221,3 +221,53 @@ def test_planted_wrong_answer_is_caught_by_stress_and_sampler(hooked_server, tmp
             c.execute(f"DROP VIEW IF EXISTS {prefix}{name}")
         for table in ("info", "visit", "auction", "bid", "score"):
             c.execute(f"DROP TABLE IF EXISTS {prefix}{table}")
+
+
+@pytest.fixture(scope="module")
+def tiered_server(spark, tmp_path_factory):
+    """A server with a disk tier under a memory limit well under what the keys need, and
+    test hooks on (a stress run's --disk-limit changes the tier's limit through them)."""
+    old = os.environ.get("PARTIALFLOW_TEST_HOOKS")
+    os.environ["PARTIALFLOW_TEST_HOOKS"] = "1"
+    srv = InProcessServer(
+        tmp_path_factory.mktemp("stress_tier") / "data", spark,
+        memory_limit=8 * 1024, disk_limit=64 << 20,
+    ).start()
+    yield srv
+    srv.stop()
+    if old is None:
+        os.environ.pop("PARTIALFLOW_TEST_HOOKS", None)
+    else:
+        os.environ["PARTIALFLOW_TEST_HOOKS"] = old
+
+
+def test_stress_cli_with_a_small_disk_tier_verifies_every_read(tiered_server, tmp_path):
+    """A short run with keys shelved, brought back and made holes at the tier's limit all
+    the time: every read is still checked against Spark and none differs."""
+    report = tmp_path / "report.json"
+    proc = _stress(
+        tiered_server.address, report,
+        "--views", "top3,user_products", "--duration", "6", "--writers", "1",
+        "--write-rate", "10", "--readers", "3", "--evict-rate", "0", "--subscribers", "0",
+        "--timeout", "30", "--seed", "11", "--disk-limit", "8KB",
+    )
+    out, err = _finish(proc)
+    assert proc.returncode == 0, f"{out}\n{err[-3000:]}"
+    r = json.loads(report.read_text())
+    assert r["verification"]["checked"] == r["reads"]["keys"] + r["reads"]["recovery_keys"]
+    assert r["reads"]["keys"] > 0 and r["verification"]["mismatches"] == 0
+    assert r["lost_writes"]["differences"] == 0 and r["errors"]["unclean"] == []
+    tier = r["disk_tier"]
+    assert tier["limit"] == 8 * 1024 and tier["broken"] == 0
+    assert tier["shelved"] > 0 and tier["unshelved"] > 0 and tier["tier_evictions"] > 0, tier
+    assert "disk tier  limit 8192 bytes" in out and out.rstrip().endswith("PASS")
+    # The server has its own limit back, and kept to it meanwhile.
+    stats = tiered_server.engine.stats()
+    assert stats["tier_limit"] == 64 << 20 and stats["state_anomalies"] == 0
+
+
+def test_stress_cli_disk_limit_needs_a_server_with_a_tier(hooked_server, tmp_path):
+    proc = _stress(hooked_server.address, tmp_path / "r.json", "--disk-limit", "1MB")
+    out, err = _finish(proc, timeout=120)
+    assert proc.returncode == 1 and "--disk-limit" in err and "without a disk tier" in err, err
+    assert not (tmp_path / "r.json").exists()

@@ -154,3 +154,26 @@ def test_report_fails_a_subscription_silent_over_the_gap_with_no_fault_active():
     assert s["passed"], render(s)
     s = summarize(j, Verdict(), _info(duration=20.0, subscription_gap=5.0, read_bound=10.0))
     assert not s["passed"] and s["subscriptions"]["streams"][0]["max_gap_without_fault_s"] == 14.0
+
+
+def test_report_says_what_the_disk_tier_did_during_the_run():
+    from partialflow.client.stress.run import _tier_delta, _tier_figures
+
+    assert _tier_figures({"lsn": 3}) is None  # a server without a tier: no line
+    before = _tier_figures({"tier_limit": 8192, "tier_keys": 5, "tier_bytes": 900,
+                            "tier_shelved": 10, "tier_unshelved": 4, "tier_evictions": 1,
+                            "tier_commits": 2, "tier_broken": 0})
+    after = _tier_figures({"tier_limit": 8192, "tier_keys": 7, "tier_bytes": 1200,
+                           "tier_shelved": 30, "tier_unshelved": 20, "tier_evictions": 6,
+                           "tier_commits": 3, "tier_broken": 1})
+    tier = _tier_delta(before, after)
+    assert tier == {"limit": 8192, "keys": 7, "bytes": 1200, "shelved": 20, "unshelved": 16,
+                    "evictions": 5, "commits": 1, "broken": 1}
+    j = Journal()
+    j.reads.append(Read("maxlen", ("c1",), 7, [("c1", 3)], 1.0, 3.0, "lookup", 0))
+    s = summarize(j, Verdict(checked=1), _info(disk_tier=tier))
+    assert s["passed"] and s["disk_tier"] == tier
+    text = render(s)
+    assert ("disk tier  limit 8192 bytes: 20 keys shelved, 16 brought back (no upquery), 5 "
+            "made holes at its limit; 7 keys (1200 bytes) shelved at the end; BROKEN") in text
+    assert "disk tier" not in render(summarize(j, Verdict(checked=1), _info()))

@@ -51,6 +51,12 @@ FOLLOWED = {
 }
 
 
+# Pages whose server runs with settings of its own (the page says which).
+SERVER_CONFIG: dict[str, dict] = {
+    "docs/tiers.md": {"memory_limit": 64 * 1024, "disk_limit": 16 << 20},
+}
+
+
 def _follow(name: str, config: dict) -> dict[str, str]:
     """For a page in FOLLOWED: its upstream database, followed by the page's server."""
     if name not in FOLLOWED:
@@ -88,7 +94,7 @@ def test_page_examples(page: Path, spark, tmp_path, monkeypatch) -> None:
     examples = list(document.examples())
     if not examples:
         pytest.skip("no runnable example on this page")
-    config: dict = {}
+    config: dict = dict(SERVER_CONFIG.get(str(page.relative_to(ROOT)), {}))
     pg_env = _postgres(config)
     pg_env.update(_follow(str(page.relative_to(ROOT)), config))
     work = _workdir(tmp_path)
@@ -150,6 +156,7 @@ RUN_BLOCKS = {
     "docs/sql.md": 3,
     "docs/subscriptions-liveness.md": 2,
     "docs/testing.md": 1,
+    "docs/tiers.md": 3,
     "docs/transactions.md": 6,
     "docs/wire.md": 1,
 }
