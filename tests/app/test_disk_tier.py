@@ -77,10 +77,14 @@ def _check(c, counts: dict[int, Any], joined: dict[int, Any]) -> None:
 
 
 def _shelved(srv: InProcessServer, view: str) -> set[Any]:
-    """Keys of ``view``'s reader shelved in the tier now (to aim writes at them)."""
+    """Keys of ``view`` whose contents are shelved in the tier now (to aim writes at them):
+    the reader's shelved keys, and, for a reader derived from its aggregate (whose keys
+    are made holes instead, and derived again when read), the aggregate's."""
     df = srv.engine.dataflow
     st = df.reader(view).state
-    return df.executor.call(lambda: {fk[0] for fk in st.shelved_keys()}).result()
+    states = [st] if st.source is None else [st, st.source[0]]
+    return df.executor.call(
+        lambda: {fk[0] for x in states for fk in x.shelved_keys()}).result()
 
 
 def _memory_settles(c, bound: float = 10.0) -> None:
@@ -120,14 +124,16 @@ def test_shelved_keys_answer_exactly_without_upqueries(tmp_path, spark):
             assert s0["tier_shelved"] > 0 and s0["tier_keys"] > KEYS // 2, s0
             assert s0["tier_evictions"] == 0 and s0.get("tier_broken", 0) == 0
             shelved = _shelved(srv, "counts")
+            # (Keys whose aggregate stays in memory, if any: a view's reader keys are
+            # derived from them, so most are shelved through their aggregate's.)
             hot = set(range(KEYS)) - shelved
-            assert len(shelved) > KEYS // 2 and hot
+            assert len(shelved) > KEYS // 2
             # Writes to shelved and to in-memory keys, of both views (a write to ev
             # looks grp's join index up by k: shelved index keys come back too).
             some_shelved = sorted(shelved)[:20]
             c.insert("ev", [(10_000 + k, k, 5000 + k) for k in some_shelved])
             c.delete("ev", [(k, k, k * 7 % 1000) for k in some_shelved[:5]])
-            c.insert("ev", [(20_000 + k, k, 1) for k in sorted(hot)[:5]])
+            c.insert("ev", [(20_000 + k, k, 1) for k in (sorted(hot)[:5] or sorted(shelved)[-5:])])
             last = c.update("grp", [(some_shelved[0], some_shelved[0] % GROUPS)],
                             [(some_shelved[0], (some_shelved[0] + 1) % GROUPS)])
             s1 = _stats_when(c, lambda s: s["applied_lsn"] >= last)  # the writes applied
@@ -145,14 +151,16 @@ def test_shelved_keys_answer_exactly_without_upqueries(tmp_path, spark):
                 assert s2["views"][view]["upqueries"] == s0["views"][view]["upqueries"]
             assert s2["tier_unshelved"] > s1["tier_unshelved"] > s0["tier_unshelved"]
             assert s2["state_anomalies"] == 0
-            assert s2["tier_evictions"] == 0 and s2.get("evictions", 0) == 0
+            # (Keys of counts' reader are made holes, not shelved: derived from its
+            # aggregate's again when read. Nothing was made a hole by the disk limit.)
+            assert s2["tier_evictions"] == 0
             # A dropped view's shelved keys leave the store too.
             shelved_before = c.stats()["tier_keys"]
             c.execute("DROP VIEW joined")
             tier = srv.engine.dataflow.tier
             assert c.stats()["tier_keys"] < shelved_before
             assert srv.engine.dataflow.executor.call(
-                lambda: (tier.stored(), tier.keys)).result() == (c.stats()["tier_keys"],) * 2
+                lambda: (tier.stored()[0], tier.keys)).result() == (c.stats()["tier_keys"],) * 2
     finally:
         srv.stop()
 

@@ -259,7 +259,7 @@ def test_stress_cli_with_a_small_disk_tier_verifies_every_read(tiered_server, tm
     assert r["lost_writes"]["differences"] == 0 and r["errors"]["unclean"] == []
     tier = r["disk_tier"]
     assert tier["limit"] == 8 * 1024 and tier["broken"] == 0
-    assert tier["shelved"] > 0 and tier["unshelved"] > 0 and tier["tier_evictions"] > 0, tier
+    assert tier["shelved"] > 0 and tier["unshelved"] > 0 and tier["evictions"] > 0, tier
     assert "disk tier  limit 8192 bytes" in out and out.rstrip().endswith("PASS")
     # The server has its own limit back, and kept to it meanwhile.
     stats = tiered_server.engine.stats()
