@@ -211,6 +211,11 @@ class Evictor:
         write's or a join's at the cold end (``_cold``)."""
         key = (st.sid, fk)
         self._shelf.pop(key, None)
+        if st.node.view is not None:
+            # Published again at the end of the packet (shelving unpublished it): else
+            # every later read of the key, in memory now, would miss the lock-free path
+            # and queue a Miss packet for the executor until a write changed it.
+            self.publisher.changed(st, fk)
         if read:
             self._lru[key] = None
         else:
