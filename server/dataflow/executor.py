@@ -288,8 +288,9 @@ class Executor:
             if len(records) > 1:
                 self._counters["writes_coalesced"] += len(records)
         elif isinstance(packet, Miss):
-            for k in packet.keys:
-                self.fills.want(packet.state, k, packet.waiter)
+            for miss in (packet, *self.inbox.more_misses()):
+                for k in miss.keys:
+                    self.fills.want(miss.state, k, miss.waiter)
         elif isinstance(packet, FillDone):
             self.fills.finish(packet.fill, packet.results, packet.error)
         elif isinstance(packet, Call):
