@@ -71,9 +71,10 @@ def disk_limit(name: str, memory_limit: int) -> int:
 
 
 @contextmanager
-def profiled(srv: InProcServer, out: dict, top: int = 30) -> Iterator[None]:
+def profiled(srv: InProcServer, out: dict, name: str, top: int = 30) -> Iterator[None]:
     """cProfile around every packet the executor runs (its own thread) while inside; the
-    top functions by own time go into ``out["profile"]``. It slows the executor (about
+    top functions by own time go into ``out[name]`` (by cumulative time:
+    ``out[name + "_cumulative"]``). It slows the executor (about
     2x): figures taken under it are for where the time goes, not how much."""
     ex = srv.engine.dataflow.executor
     prof = cProfile.Profile()
@@ -93,10 +94,10 @@ def profiled(srv: InProcServer, out: dict, top: int = 30) -> Iterator[None]:
         ex._run = run
         buf = io.StringIO()
         pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(top)
-        out["profile"] = buf.getvalue()
+        out[name] = buf.getvalue()
         buf = io.StringIO()
         pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(top)
-        out["profile_cumulative"] = buf.getvalue()
+        out[name + "_cumulative"] = buf.getvalue()
 
 
 def writes(srv: InProcServer, pool: LoadPool, args: argparse.Namespace, keys: dict) -> dict:
@@ -126,7 +127,8 @@ def run_config(name: str, data: Path, spark: Any, pool: LoadPool, args: argparse
     mem = None if name == "full" else limit
     out: dict[str, Any] = {"config": name, "memory_limit": mem, "disk_limit": disk}
     try:
-        with InProcServer(copy, spark, memory_limit=mem, disk_limit=disk) as srv:
+        with InProcServer(copy, spark, memory_limit=mem, disk_limit=disk,
+                          checkpoint_interval=args.checkpoint_interval) as srv:
             count = int(capacity * 0.95) if name == "none" else n
             t0 = time.perf_counter()
             memory.prefill_hottest(srv, VIEW, n, count, batch=20_000)
@@ -136,7 +138,7 @@ def run_config(name: str, data: Path, spark: Any, pool: LoadPool, args: argparse
             zipf = {"view": VIEW, "n": n, "s": args.s, "batch": args.batch,
                     "procs": args.procs, "threads": args.threads}
             prof = args.profile and disk is not None
-            with profiled(srv, out) if prof else _nothing():
+            with profiled(srv, out, "profile") if prof else _nothing():
                 r = memory.zipf_reads(srv, pool, warm=args.warm, seconds=args.seconds,
                                       seed=11, **zipf)
             out["reads"] = r
@@ -162,7 +164,9 @@ def run_config(name: str, data: Path, spark: Any, pool: LoadPool, args: argparse
                 f"{r['reads']['items_per_s']:.0f} keys/s")
             out["writes"] = []
             for keys in ({"type": "zipf", "n": n, "s": args.s}, {"type": "uniform", "n": n}):
-                w = writes(srv, pool, args, keys)
+                with profiled(srv, out, f"profile_writes_{keys['type']}") if prof \
+                        else _nothing():
+                    w = writes(srv, pool, args, keys)
                 out["writes"].append(w)
                 log(f"{name}: writes ({keys['type']} users) {w['applied_rows_per_s']:.0f} "
                     f"rows/s applied, p50 {w['latency_ms']['p50']} ms, tier {w['tier']}")
@@ -233,13 +237,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--write-procs", type=int, default=2)
     ap.add_argument("--write-threads", type=int, default=2)
     ap.add_argument("--write-seconds", type=float, default=10.0)
+    ap.add_argument("--checkpoint-interval", type=float, default=10.0,
+                    help="seconds (the server's default; 0: off). The tier commits its "
+                    "transaction at each checkpoint: off, its WAL grows without bound")
     ap.add_argument("--light-threads", type=int, default=4,
                     help="readers of the second, lighter read phase (one process)")
     ap.add_argument("--full", action=argparse.BooleanOptionalAction, default=True,
                     help="also run the view fully in memory (no limit): the hit path's "
                     "ceiling under the same load")
     ap.add_argument("--profile", action="store_true",
-                    help="cProfile the executor during the tier configurations' reads")
+                    help="cProfile the executor during the tier configurations' reads and "
+                    "writes (it slows the executor: figures for where time goes only)")
     ap.add_argument("--work", type=Path, default=BENCH / "results" / "tier",
                     help="where the data set is built (kept and reused: delete to rebuild)")
     ap.add_argument("--out", type=Path, default=None, help="JSON of every figure")
