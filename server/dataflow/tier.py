@@ -98,11 +98,10 @@ class Tier:
 
     def take(self, where: Shelved) -> Any:
         """A shelved key's contents, removed from the store (the key is in memory again)."""
-        # One statement, not a SELECT then a DELETE: each statement releases the GIL
-        # and waits to take it back from the reading threads (SQLite >= 3.35).
-        row = self._run("DELETE FROM kv WHERE id = ? RETURNING v", (where.ref,)).fetchone()
+        row = self._run("SELECT v FROM kv WHERE id = ?", (where.ref,)).fetchone()
         if row is None:
             self._fail(f"key {where.ref} is missing from {self.path}")
+        self._run("DELETE FROM kv WHERE id = ?", (where.ref,))
         self.bytes -= where.nbytes
         self.keys -= 1
         self.counters["unshelved"] += 1
