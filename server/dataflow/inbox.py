@@ -88,11 +88,13 @@ class Inbox:
         many concurrent reads), so the end-of-packet work and the executor's wake-up are
         paid once per burst, not once per read. Nothing else is reordered: they were next
         anyway, and a miss does not depend on where the write stream is."""
+        out: list[Miss] = []
         with self._lock:
-            urgent, out = self._urgent, []
-            while urgent and isinstance(urgent[0], Miss):
-                out.append(urgent.popleft())
-            return out
+            urgent = self._urgent
+            while urgent and isinstance(head := urgent[0], Miss):
+                urgent.popleft()
+                out.append(head)
+        return out
 
     def _next(self) -> Packet | None:
         """(Lock held.) An urgent packet, else the next in order: a write with the writes
