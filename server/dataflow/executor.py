@@ -292,7 +292,8 @@ class Executor:
             # Keys shelved in the disk tier are all brought back before any read is
             # answered: each SQLite call lets go of the GIL, and a reading thread woken
             # by an answer before it then holds the executor up to a switch interval
-            # (profiled: 190 us per key brought back between answers, 30 without them).
+            # (profiled with 32 readers: a take cost 191 us between answers, 67 before
+            # them; reads of 1M keys went from 5.9k to 10.3k keys/s).
             for miss in misses:
                 st = miss.state
                 for k in miss.keys:
