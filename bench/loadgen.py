@@ -10,12 +10,13 @@ Operations (``spec["op"]["kind"]``):
 - ``ping``: the no-op RPC, the transport's own limit; with ``payload`` and ``reply_bytes``
   (byte counts) it moves as many bytes as a call it is compared with;
 - ``lookup``: ``lookup_many(view, batch keys)`` (``lookup`` for batch 1) with keys drawn
-  from ``keys`` (``{"type": "zipf", "n", "s"}``, ``{"type": "list", "values"}``, or
-  ``{"type": "each", "values"}``: thread i reads ``values[i]`` once); with ``predraw``
+  from ``keys`` (``{"type": "zipf", "n", "s"}``, ``{"type": "uniform", "n"}``,
+  ``{"type": "list", "values"}``, or ``{"type": "each", "values"}``: thread i reads
+  ``values[i]`` once); with ``predraw``
   (a count) the key batches are drawn before the clock starts and used in turn;
 - ``query``: the view's SQL on Spark per request (``sql`` with ``{key}``): recomputation;
-- ``write``: inserts from a generator (``visits`` or ``nexmark``), optionally paced to
-  ``rate`` rows/s per thread;
+- ``write``: inserts from a generator (``visits``, ``nexmark``, or ``events`` for users
+  drawn from ``keys``), optionally paced to ``rate`` rows/s per thread;
 - ``probe``: one-row writes, each followed by a lookup that waits for it (``min_lsn``):
   write-to-visible latency.
 """
@@ -49,6 +50,8 @@ class _Keys:
             self.cdf = zipf_cdf(self.n, spec["s"])
             self.np_rng = np.random.default_rng(seed)
             self.zipf_key = zipf_key
+        elif kind == "uniform":
+            self.n = spec["n"]
         elif kind in ("list", "each"):
             self.values = spec["values"]
 
@@ -59,6 +62,8 @@ class _Keys:
 
             ranks = np.searchsorted(self.cdf, self.np_rng.random(k), side="right")
             return [self.zipf_key(int(r), self.n) for r in ranks]
+        if kind == "uniform":
+            return [self.rng.randrange(self.n) for _ in range(k)]
         return [self.rng.choice(self.values) for _ in range(k)]
 
 
@@ -147,6 +152,11 @@ def _writer(op: dict, client: Client, tno: int, seed: int) -> Callable[[_Recorde
     if gen == "visits":
         def make() -> dict[str, list[tuple]]:
             return {"visit": datasets.visit_rows(rng, batch, op["products"])}
+    elif gen == "events":  # rows of ``events`` for users drawn from ``keys`` (see _Keys)
+        users = _Keys(op["keys"], seed)
+
+        def make() -> dict[str, list[tuple]]:
+            return {"events": [(u, 1) for u in users.take(batch)]}
     else:
         nx = datasets.Nexmark(seed=seed, people=op["people"], auctions=op["auctions"],
                               id_base=(seed + 1) * 10**9)

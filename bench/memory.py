@@ -11,7 +11,21 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from common import REPO, InProcServer, LoadPool, drive, log, pct, ratio, zipf_cdf, zipf_key
+from common import (
+    REPO,
+    InProcServer,
+    LoadPool,
+    drive,
+    executor_cpu_seconds,
+    log,
+    pct,
+    ratio,
+    zipf_cdf,
+    zipf_key,
+)
+
+# Stats counters of the disk tier (absent without one), reported per measured window.
+TIER_COUNTERS = ("disk_shelved", "disk_unshelved", "disk_tier_evictions", "disk_commits")
 
 
 def materialize_all(srv: InProcServer, view: str, n: int, batch: int) -> dict:
@@ -51,14 +65,26 @@ def zipf_reads(srv: InProcServer, pool: LoadPool, *, view: str, n: int, s: float
     if warm:
         drive(pool, srv.address, op, procs=procs, threads=threads, seconds=warm, seed=seed)
     before = srv.view_counters(view)
+    with srv.client() as c:
+        st0 = c.stats()
+    cpu0 = executor_cpu_seconds(srv.engine.dataflow.executor)
     r = drive(pool, srv.address, op, procs=procs, threads=threads, seconds=seconds,
               seed=seed + 1)
+    cpu1 = executor_cpu_seconds(srv.engine.dataflow.executor)
     after = srv.view_counters(view)
     hits = after["hits"] - before["hits"]
     misses = after["misses"] - before["misses"]
     with srv.client() as c:
         st = c.stats()
+    # With a disk tier: how many keys came back from disk (read misses answered locally,
+    # and keys a fill's neighbours needed) and went to it, over the measured window.
+    tier = {k: st[k] - st0[k] for k in TIER_COUNTERS if k in st}
+    if tier:
+        tier.update(disk_keys=st["disk_keys"], disk_bytes=st["disk_bytes"])
     return {
+        "tier": tier,
+        "executor_cpu_s": None if cpu0 is None or cpu1 is None else round(cpu1 - cpu0, 2),
+        "executor_busy_s": round((st.get("busy_ns", 0) - st0.get("busy_ns", 0)) / 1e9, 2),
         "reads": r, "hits": hits, "misses": misses,
         "hit_rate": round(hits / max(1, hits + misses), 4),
         "upqueries": after["upqueries"] - before["upqueries"],

@@ -214,8 +214,11 @@ class Evictor:
         """A key came back from the tier: into the LRU, a read's as the most recent, a
         write's or a join's at the cold end (``_cold``)."""
         key = (st.sid, fk)
-        if st.node.view is not None:  # published again (at the packet's end): reads of
-            self.publisher.changed(st, fk)  # it need not take the lock from now on
+        if st.node.view is not None:
+            # Published again at the end of the packet (shelving unpublished it): else
+            # every later read of the key, in memory now, would miss the lock-free path
+            # and queue a Miss packet for the executor until a write changed it.
+            self.publisher.changed(st, fk)
         if read:
             self._lru[key] = None
         else:

@@ -82,6 +82,20 @@ class Inbox:
                 self._wake = None
         return Tick() if due else None
 
+    def more_misses(self) -> list[Miss]:
+        """The read misses queued at the head of the urgent queue, taken now: the executor
+        handles them in the packet of the Miss it is running (each a key or a few, from as
+        many concurrent reads), so the end-of-packet work and the executor's wake-up are
+        paid once per burst, not once per read. Nothing else is reordered: they were next
+        anyway, and a miss does not depend on where the write stream is."""
+        out: list[Miss] = []
+        with self._lock:
+            urgent = self._urgent
+            while urgent and isinstance(head := urgent[0], Miss):
+                urgent.popleft()
+                out.append(head)
+        return out
+
     def _next(self) -> Packet | None:
         """(Lock held.) An urgent packet, else the next in order: a write with the writes
         queued right behind it that can join it, as one run."""

@@ -320,17 +320,20 @@ class State:
     def shelved_keys(self) -> list[Row]:
         return list(self._shelved)
 
-    def unshelve(self, fks: list[Row]) -> None:
+    def unshelve(self, fks: list[Row], read: bool = False) -> None:
         """Bring back those of ``fks`` that are shelved, with one read of the store (a
-        write's batch is about to change them: one trip to the disk, not one per key)."""
+        write's batch is about to change them, or reads to read them: one trip to the
+        disk, not one per key). ``read``: for readers (recently used)."""
         shelved = self._shelved
+        if not shelved:
+            return
         back = list(dict.fromkeys([fk for fk in fks if fk in shelved]))
         if len(back) > 1:
             got = self.tier.take_many([shelved[fk] for fk in back])  # type: ignore[union-attr]
             for fk in back:
-                self._unshelve(fk, False, got[shelved[fk]])
+                self._unshelve(fk, read, got[shelved[fk]])
         elif back:
-            self._unshelve(back[0], False)
+            self._unshelve(back[0], read)
 
     def _unshelve(self, fk: Row, read: bool, got: tuple[Any, int] | None = None) -> Bucket:
         """Bring shelved ``fk`` back into memory (something reads or changes it; ``read``:

@@ -75,3 +75,31 @@ def test_hits_count_distinct_keys_and_make_them_recently_used():
         assert not h.check_states()
     finally:
         h.close()
+
+
+def test_a_key_read_back_from_the_disk_tier_is_a_lock_free_hit_again(tmp_path):
+    """Shelving a key unpublishes it; a read brings it back into memory, and it must be
+    published again, or every later read of it queues a miss for the executor."""
+    h = _harness(tier=tmp_path / "tier.db")
+    try:
+        h.lookup("rows", [(k,) for k in range(10)])
+        h.settle()
+        st = h.df.reader("rows").state
+        lru = h.ex.evictor.lru_sizes()
+        # Room for the two biggest keys: the others are shelved.
+        h.df.set_memory_limit(h.ex.evictor.full_bytes + 2 * max(lru.values()))
+        h.settle()
+        shelved = [(k,) for k in range(10) if st.shelved((k,)) is not None]
+        assert len(shelved) >= 7, shelved
+        key = shelved[0]
+        [(rows, lsn)] = h.lookup("rows", [key])  # answered from the tier
+        assert sorted(rows) == sorted(h.expected("rows", key, lsn))
+        h.settle()
+        assert st.in_memory(key), "read last: the most recently used"
+        read = h.begin("rows", [key])
+        assert read.done and read.hit_rows is not None, "published again: a lock-free hit"
+        [(rows, lsn)] = h.finish(read)
+        assert sorted(rows) == sorted(h.expected("rows", key, lsn))
+        assert not h.check_states()
+    finally:
+        h.close()
