@@ -41,15 +41,16 @@ DURATION = os.environ.get("PARTIALFLOW_STRESS_CLI_SECONDS", "60")
 def hooked_server(spark, tmp_path_factory):
     """A server with test hooks on, a memory limit well under what all keys need (about
     600 KB filled) and every read sampled by the verifier."""
+    yield from _with_hooks(tmp_path_factory.mktemp("stress_cli") / "data", spark,
+                           memory_limit=300 * 1024, verify_sample=1.0,
+                           verify_max_per_second=5.0)
+
+
+def _with_hooks(data: Path, spark, **config):  # type: ignore[no-untyped-def]
+    """A started server with test hooks on (PARTIALFLOW_TEST_HOOKS, put back after)."""
     old = os.environ.get("PARTIALFLOW_TEST_HOOKS")
     os.environ["PARTIALFLOW_TEST_HOOKS"] = "1"
-    srv = InProcessServer(
-        tmp_path_factory.mktemp("stress_cli") / "data",
-        spark,
-        memory_limit=300 * 1024,
-        verify_sample=1.0,
-        verify_max_per_second=5.0,
-    ).start()
+    srv = InProcessServer(data, spark, **config).start()
     yield srv
     srv.stop()
     if old is None:
@@ -227,18 +228,8 @@ def test_planted_wrong_answer_is_caught_by_stress_and_sampler(hooked_server, tmp
 def tiered_server(spark, tmp_path_factory):
     """A server with a disk tier under a memory limit well under what the keys need, and
     test hooks on (a stress run's --disk-limit changes the tier's limit through them)."""
-    old = os.environ.get("PARTIALFLOW_TEST_HOOKS")
-    os.environ["PARTIALFLOW_TEST_HOOKS"] = "1"
-    srv = InProcessServer(
-        tmp_path_factory.mktemp("stress_tier") / "data", spark,
-        memory_limit=8 * 1024, disk_limit=64 << 20,
-    ).start()
-    yield srv
-    srv.stop()
-    if old is None:
-        os.environ.pop("PARTIALFLOW_TEST_HOOKS", None)
-    else:
-        os.environ["PARTIALFLOW_TEST_HOOKS"] = old
+    yield from _with_hooks(tmp_path_factory.mktemp("stress_tier") / "data", spark,
+                           memory_limit=8 * 1024, disk_limit=64 << 20)
 
 
 def test_stress_cli_with_a_small_disk_tier_verifies_every_read(tiered_server, tmp_path):
