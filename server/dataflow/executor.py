@@ -368,6 +368,8 @@ class Executor:
         self.publisher.publish(self.applied_lsn)
         if self.checkpointer is not None:  # a consistent cut: everything filled is exact
             self.checkpointer.after_packet()
+        elif self.tier is not None:  # no checkpoint commits it: its write-ahead log would
+            self.tier.commit_if_due(self.clock())  # grow without bound (tier.py)
 
     def _account_changes(self) -> None:
         changed = self._changed.take()

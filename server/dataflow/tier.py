@@ -57,6 +57,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("partialflow.tier")
 
+COMMIT_EVERY = 10.0  # seconds between commits when no checkpoint commits (commit_if_due)
+
 
 class TierError(Exception):
     """The tier can't store or give back a key (the disk is full, the file is damaged)."""
@@ -101,6 +103,7 @@ class Tier:
         self.on_broken: Callable[[], None] = _nothing
         self._garbage: list[tuple[int]] = []  # rows of keys brought back or dropped
         self.counters = {"shelved": 0, "unshelved": 0, "evictions": 0, "commits": 0}
+        self._last_commit = float("-inf")  # (commit_if_due: the clock's time)
         self._db.execute("BEGIN")
 
     # -- keys --------------------------------------------------------------------------
@@ -206,6 +209,17 @@ class Tier:
         self.committed = n
         self.counters["commits"] += 1
         return n
+
+    def commit_if_due(self, now: float) -> None:
+        """Without checkpoints, commit every COMMIT_EVERY seconds anyway: SQLite's log only
+        shrinks after a commit. (Nothing refers to these commits: a start without a
+        checkpoint empties the store.)"""
+        if now - self._last_commit >= COMMIT_EVERY and not self.broken:
+            self._last_commit = now
+            try:
+                self.commit()
+            except TierError:  # broken: its keys are holes already (on_broken)
+                pass
 
     def usable_from(self, commit: int | None) -> bool:
         """Recovery from a checkpoint whose manifest names ``commit``: whether the store

@@ -194,3 +194,24 @@ def test_a_restart_reuses_the_shelved_keys_a_checkpoint_named(tmp_path):
         assert restarted.df.stats().counters.get("upqueries", 0) == before
     finally:
         restarted.close()
+
+
+def test_without_checkpoints_the_store_still_commits(tmp_path):
+    # Nothing refers to these commits (a start without a checkpoint empties the store),
+    # but SQLite's write-ahead log only shrinks after one: without them it grew past
+    # 100 MB while 1M keys were shelved.
+    from partialflow.server.dataflow.packets import Tick
+
+    h = _harness(tmp_path)
+    try:
+        assert h.ex.checkpointer is None
+        _read_all(h)
+        h.settle()
+        first = h.tier.committed  # type: ignore[union-attr]
+        h.clock.advance(11)
+        h.ex.submit(Tick())
+        h.run()
+        assert h.tier.committed > first  # type: ignore[union-attr]
+        assert h.check_states() == []
+    finally:
+        h.close()
