@@ -25,7 +25,7 @@ from common import (
 )
 
 # Stats counters of the disk tier (absent without one), reported per measured window.
-TIER_COUNTERS = ("disk_shelved", "disk_unshelved", "disk_tier_evictions", "disk_commits")
+TIER_COUNTERS = ("tier_shelved", "tier_unshelved", "tier_evictions", "tier_commits")
 
 
 def materialize_all(srv: InProcServer, view: str, n: int, batch: int) -> dict:
@@ -80,7 +80,7 @@ def zipf_reads(srv: InProcServer, pool: LoadPool, *, view: str, n: int, s: float
     # and keys a fill's neighbours needed) and went to it, over the measured window.
     tier = {k: st[k] - st0[k] for k in TIER_COUNTERS if k in st}
     if tier:
-        tier.update(disk_keys=st["disk_keys"], disk_bytes=st["disk_bytes"])
+        tier.update(tier_keys=st["tier_keys"], tier_bytes=st["tier_bytes"])
     return {
         "tier": tier,
         "executor_cpu_s": None if cpu0 is None or cpu1 is None else round(cpu1 - cpu0, 2),

@@ -143,7 +143,7 @@ def run_config(name: str, data: Path, spark: Any, pool: LoadPool, args: argparse
                                       seed=11, **zipf)
             out["reads"] = r
             lat = r["reads"]["latency_ms"]
-            tier_hits = r["tier"].get("disk_unshelved", 0)
+            tier_hits = r["tier"].get("tier_unshelved", 0)
             log(f"{name}: hit rate {r['hit_rate']:.3f}, tier {tier_hits} keys back "
                 f"({tier_hits / max(1, r['misses']):.2f} of misses), {r['upqueries']} "
                 f"upqueries, p50 {lat['p50']} ms p99 {lat['p99']} ms, "
@@ -188,7 +188,7 @@ def compare(runs: list[dict]) -> list[dict]:
         reads, b = r["reads"], base["reads"]
         row = {
             "config": r["config"], "hit_rate": reads["hit_rate"],
-            "tier_hits": reads["tier"].get("disk_unshelved", 0),
+            "tier_hits": reads["tier"].get("tier_unshelved", 0),
             "misses": reads["misses"], "upqueries": reads["upqueries"],
             "p50_ms": reads["reads"]["latency_ms"]["p50"],
             "p99_ms": reads["reads"]["latency_ms"]["p99"],
