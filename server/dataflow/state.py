@@ -348,13 +348,10 @@ class State:
         self.tier.on_unshelve(self, fk, read)  # type: ignore[union-attr]
         return bucket
 
-    def drop_shelved(self) -> list[Row]:
-        """Every shelved key becomes a hole (the tier failed, or the state is dropped);
-        returns them."""
-        keys = list(self._shelved)
-        for fk in keys:
+    def drop_shelved(self) -> None:
+        """Every shelved key becomes a hole (the state is dropped)."""
+        for fk in list(self._shelved):
             self.mark_hole(fk)
-        return keys
 
     # -- rows states -----------------------------------------------------------------
     def apply_row(self, bucket: Bucket, fk: Row, row: Row, sign: int) -> None:

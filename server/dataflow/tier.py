@@ -107,11 +107,6 @@ class Tier:
         self._db.execute("BEGIN")
 
     # -- keys --------------------------------------------------------------------------
-    def put(self, sid: int, fk: Row, value: Any, items: int) -> int:
-        """Store a key's contents; returns its row. TierError if the store refuses (the
-        tier is broken)."""
-        return self.put_many([(sid, fk, value, items)])[0]
-
     def put_many(self, keys: list[tuple[int, Row, Any, int]]) -> list[int]:
         """Store (state id, fill key, contents, items) of each key, in one statement;
         returns their rows. TierError if the store refuses (the tier is broken)."""
@@ -133,17 +128,13 @@ class Tier:
         return [r[0] for r in rows]
 
     def take(self, ref: int) -> tuple[Any, int]:
-        """A shelved key's contents and item count (the key is in memory again; its row
-        goes at the next ``collect``). Reads only: a failure is fatal (module docstring)."""
-        row = self._read("SELECT v, items FROM kv WHERE id = ?", ref)
-        self._garbage.append((ref,))
-        self.bytes -= len(row[0])
-        self.keys -= 1
-        self.counters["unshelved"] += 1
-        return _load(self, row[0]), row[1]
+        """A shelved key's contents and item count (``take_many`` of one)."""
+        return self.take_many([ref])[ref]
 
     def take_many(self, refs: list[int]) -> dict[int, tuple[Any, int]]:
-        """``take`` of several keys with one statement per 500: row -> (contents, items)."""
+        """Shelved keys' contents and item counts, row -> (contents, items), with one
+        statement per 500 (the keys are in memory again; their rows go at the next
+        ``collect``). Reads only: a failure is fatal (module docstring)."""
         out: dict[int, tuple[Any, int]] = {}
         for i in range(0, len(refs), 500):
             part = refs[i:i + 500]

@@ -129,9 +129,10 @@ def test_a_failing_tier_turns_shelved_keys_into_holes(tmp_path):
 def test_the_store_keeps_only_what_a_checkpoint_committed(tmp_path):
     path = tmp_path / "t.db"
     tier = Tier(path, 1 << 20)
-    kept = tier.put(1, ("a",), {"a": 1}, 1)
+    (kept,) = tier.put_many([(1, ("a",), {"a": 1}, 1)])
     n = tier.commit()
-    later = tier.put(1, ("b",), {"b": 2}, 1)  # after the cut: a crash (or close) rolls it back
+    # After the cut: a crash (or close) rolls it back.
+    (later,) = tier.put_many([(1, ("b",), {"b": 2}, 1)])
     tier.close()
     again = Tier(path, 1 << 20)
     assert again.committed == n
@@ -151,7 +152,7 @@ def test_a_broken_tier_refuses_clearly(tmp_path):
     tier = Tier(tmp_path / "t.db", 1 << 20)
     tier._db = _Failing(tier._db)  # type: ignore[assignment]
     with pytest.raises(TierError, match="disk is full"):
-        tier.put(1, ("a",), {"a": 1}, 1)
+        tier.put_many([(1, ("a",), {"a": 1}, 1)])
     assert "disk is full" in tier.broken
     with pytest.raises(TierError, match="tier is off"):
         tier.commit()
