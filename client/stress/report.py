@@ -324,7 +324,8 @@ def _tier_lines(t: dict[str, int] | None) -> list[str]:
         return []
     return [
         f"  disk tier  limit {t['limit']} bytes: {t['shelved']} keys shelved, "
-        f"{t['unshelved']} brought back (no upquery), {t['evictions']} made holes at its "
+        f"{t.get('read', 0)} read from it and {t['unshelved']} brought back (no upquery), "
+        f"{t['evictions']} made holes at its "
         f"limit; {t['keys']} keys ({t['bytes']} bytes) shelved at the end"
         + ("; BROKEN (see the server's log): its keys became holes" if t["broken"] else "")
     ]

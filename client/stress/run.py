@@ -327,7 +327,7 @@ def _tier_figures(stats: dict[str, Any]) -> dict[str, int] | None:
         return None
     return {k[5:]: int(stats.get(k, 0)) for k in (
         "tier_limit", "tier_keys", "tier_bytes", "tier_shelved", "tier_unshelved",
-        "tier_evictions", "tier_commits", "tier_broken")}
+        "tier_evictions", "tier_commits", "tier_broken", "tier_read")}
 
 
 def _tier_delta(before: dict[str, int] | None, after: dict[str, int] | None
@@ -335,7 +335,7 @@ def _tier_delta(before: dict[str, int] | None, after: dict[str, int] | None
     """What the tier did during the run: its counters' growth, and where it ended."""
     if before is None or after is None:
         return None
-    grew = ("shelved", "unshelved", "evictions", "commits")
+    grew = ("shelved", "unshelved", "evictions", "commits", "read")
     return {k: v - before[k] if k in grew else v for k, v in after.items()}
 
 

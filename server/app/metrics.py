@@ -318,6 +318,8 @@ class EngineCollector(Collector):
         for key, doc in (
             ("shelved", "Keys moved from memory to the disk tier."),
             ("unshelved", "Keys brought back from the disk tier (read or written)."),
+            ("read", "Keys readers read from the disk tier themselves (not brought back "
+                     "first)."),
             ("evictions", "Shelved keys made holes by the disk limit."),
         ):
             yield from _counter(f"partialflow_tier_{key}", doc, stats.get(f"tier_{key}"))

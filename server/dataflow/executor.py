@@ -43,6 +43,7 @@ from partialflow.server.dataflow.graph import Graph
 from partialflow.server.dataflow.inbox import Inbox
 from partialflow.server.dataflow.joinmiss import JoinMisses, feeds_miss_index
 from partialflow.server.dataflow.packets import (
+    BringBack,
     Call,
     FillDone,
     Miss,
@@ -56,6 +57,7 @@ from partialflow.server.dataflow.propagate import ChangedKeys, Propagator
 from partialflow.server.dataflow.publish import Publisher
 from partialflow.server.dataflow.replay import Replayer, ReplayScope, Scope
 from partialflow.server.dataflow.runner import UpqueryRunner
+from partialflow.server.dataflow.shelfreads import bring_back
 from partialflow.server.dataflow.state import State
 from partialflow.server.dataflow.stats import Stats
 from partialflow.server.dataflow.tier import Tier
@@ -69,6 +71,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("partialflow.executor")
 
 EXPIRY_EVERY = 0.5  # seconds between deadline checks while packets keep coming
+# Keys read from the disk tier by readers brought back into memory per packet at most
+# (shelfreads.py ``bring_back``, about 100-200 us each with the keys shelved in exchange):
+# bounds the packet, so writes queued behind it don't wait long.
+BRING_BACK = 256
 
 
 class Executor:
@@ -305,6 +311,8 @@ class Executor:
             for miss in misses:
                 for k in miss.keys:
                     self.fills.want(miss.state, k, miss.waiter, derive=True)
+        elif isinstance(packet, BringBack):  # keys readers read from the disk tier
+            bring_back(self.publisher.shelf_reads(), self.fills.derive_now, BRING_BACK)
         elif isinstance(packet, FillDone):
             self.fills.finish(packet.fill, packet.results, packet.error)
         elif isinstance(packet, Call):
@@ -366,6 +374,8 @@ class Executor:
         if subs is not None and subs.active:  # before publish: it clears the changed keys
             subs.after_packet(self.publisher.peek_changed(), self.applied_lsn)
         self.publisher.publish(self.applied_lsn)
+        if self.tier is not None:  # after the LSN (shelfreads.py)
+            self.publisher.tier_floor = self.tier.next_ref
         if self.checkpointer is not None:  # a consistent cut: everything filled is exact
             self.checkpointer.after_packet()
         elif self.tier is not None:  # no checkpoint commits it: its write-ahead log would

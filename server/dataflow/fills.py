@@ -88,12 +88,7 @@ class FillCoordinator:
             if waiter is not None:
                 st.pending_fill(fk).waiters.setdefault((st, fk), []).append(waiter)  # type: ignore[union-attr]
             return
-        if derive and st.source is not None and self._closure(st, fk) == [st]:
-            # Derivable from filled state (a view's key from its aggregate's, in memory or
-            # shelved in the disk tier): no upquery to gather it with, so it is derived
-            # now, as ``_issue`` would at the packet's end.
-            self._derive(st, [fk])
-            self.host.changed(st, fk)
+        if derive and self.derive_now(st, fk):
             if waiter is not None:
                 self.answer(st, fk, [waiter])
             return
@@ -103,6 +98,18 @@ class FillCoordinator:
         ws = self.wanted.setdefault(st, {}).setdefault(fk, [])
         if waiter is not None:
             ws.append(waiter)
+
+    def derive_now(self, st: State, fk: Row) -> bool:
+        """Derive hole ``fk`` of ``st`` now if it is derivable from filled state (a view's
+        key from its aggregate's, in memory or shelved in the disk tier): no upquery to
+        gather it with, so it is derived at once, as ``_issue`` would at the packet's end.
+        Between propagations only (a read's miss packet, keys readers read from the disk
+        tier brought back: executor.py). False if it can't be."""
+        if st.source is None or st.lookup(fk) != "hole" or self._closure(st, fk) != [st]:
+            return False
+        self._derive(st, [fk])
+        self.host.changed(st, fk)
+        return True
 
     def issue_wanted(self) -> None:
         """Issue wanted keys as fills, gathering concurrent misses first: a state's wanted

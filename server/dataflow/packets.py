@@ -70,6 +70,12 @@ class Tick:
 
 
 @dataclass(frozen=True, slots=True)
+class BringBack:
+    """Bring the keys readers read from the disk tier themselves into memory
+    (shelfreads.py): asked for by a reader, at most one on the queue at a time."""
+
+
+@dataclass(frozen=True, slots=True)
 class Call:
     """Run ``fn`` on the executor thread, in order with everything else."""
 
@@ -82,4 +88,4 @@ class Stop:
     """Stop the executor loop."""
 
 
-Packet = Write | WriteRun | Miss | FillDone | Tick | Call | Stop
+Packet = Write | WriteRun | Miss | FillDone | Tick | BringBack | Call | Stop

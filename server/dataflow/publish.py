@@ -71,6 +71,14 @@ class Publisher:
         self._read: dict[State, set[Row]] = {}
         self._changed: dict[tuple[State, Row], None] = {}  # ordered (see executor)
         self._reads: deque[ReadEntry] = deque()  # appended by readers, drained by the executor
+        # The disk tier's next row as of the last publish, written after ``lsn``: a key
+        # shelved in a lower row is exact at the published LSN (shelfreads.py). 0: no tier.
+        self.tier_floor = 0
+        # Keys readers read from the disk tier themselves, for the executor to bring back
+        # into memory (appended by readers, drained by the executor), and whether a packet
+        # to do it is on its way (set by a reader, cleared by the executor).
+        self._shelf_reads: deque[tuple[State, list[Row]]] = deque()
+        self.bring_back_asked = False
 
     # -- writer half (executor thread, under its lock) ---------------------------------
     def changed(self, st: State, fk: Row) -> None:
@@ -164,6 +172,15 @@ class Publisher:
             out.append(reads.popleft())
         return out
 
+    def shelf_reads(self) -> list[tuple[State, list[Row]]]:
+        """Keys readers read from the disk tier since the last call (executor thread)."""
+        self.bring_back_asked = False  # before draining: a key logged after it asks again
+        out = []
+        reads = self._shelf_reads
+        while reads:
+            out.append(reads.popleft())
+        return out
+
     # -- reader half (any thread, no lock) ---------------------------------------------
     def read(
         self, st: State, keys: list[Row]
@@ -191,3 +208,12 @@ class Publisher:
         """Record reads of ``keys`` (hits or misses) for the executor to account."""
         if keys:
             self._reads.append((st, keys, hit))
+
+    def log_shelf_reads(self, st: State, keys: list[Row]) -> bool:
+        """Record keys a reader read from the disk tier itself (to be brought back into
+        memory); True if the caller should wake the executor for it (nobody asked yet)."""
+        self._shelf_reads.append((st, keys))
+        if self.bring_back_asked:
+            return False
+        self.bring_back_asked = True
+        return True

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 from partialflow.operators.base import Row
 from partialflow.server.dataflow.fill import Waiter
 from partialflow.server.dataflow.graph import Reader
-from partialflow.server.dataflow.packets import Miss, Packet
+from partialflow.server.dataflow.packets import BringBack, Miss, Packet
+from partialflow.server.dataflow.shelfreads import read_shelved
 from partialflow.server.errors import InvalidArgument
 from partialflow.server.sql.guards import check_rows
 from partialflow.server.sql.planner import PlanNode, ViewPlan
@@ -180,6 +181,7 @@ class Read:
     def start(self) -> Read:
         pub, st = self.publisher, self.reader.state
         misses: list[Row] = []
+        shelf_floor = pub.tier_floor  # before the LSN (shelfreads.py)
         fast = pub.read(st, self.keys)
         if fast is not None:
             got, lsn = fast
@@ -204,6 +206,8 @@ class Read:
                     misses.append(k)
             pub.log_reads(st, hits, True)
             pub.log_reads(st, misses, False)
+            if misses and shelf_floor:
+                misses = self._read_shelved(misses, shelf_floor, lsn)
         else:
             distinct = dict.fromkeys(self.keys)
             lsn, found, _ = self.ex.read_filled(
@@ -218,6 +222,20 @@ class Read:
                     misses.append(k)
         self._ask(misses)
         return self
+
+    def _read_shelved(self, misses: list[Row], shelf_floor: int, lsn: int) -> list[Row]:
+        """Answer misses shelved in the disk tier from it, on this thread, at ``lsn``
+        (shelfreads.py); returns the keys still missing. The executor is woken to bring
+        the keys read into memory (not waited for)."""
+        st, pub = self.reader.state, self.publisher
+        got = read_shelved(st, misses, shelf_floor)
+        if not got:
+            return misses
+        for k, rows in got.items():
+            self.results[k] = (rows, lsn)
+        if pub.log_shelf_reads(st, list(got)):
+            self.ex.submit(BringBack())
+        return [k for k in misses if k not in got]
 
     def _ask(self, misses: list[Row]) -> None:
         if not misses or self.attempts >= MAX_ATTEMPTS:

@@ -35,6 +35,13 @@ hole right then (``on_broken``: the evictor does it, a consistent cut) and evict
 holes from then on. A failed *read* of the store is a damaged file or an I/O error, and
 the key's contents are gone in the middle of a packet: that is fatal (log, then
 ``os._exit``), as a failed fsync is in storage; a restart recovers from the checkpoint.
+
+Readers read shelved keys themselves (``peek_many``, shelfreads.py), without a trip
+through the executor: a row's contents never change after ``put_many`` wrote them (a key
+changed after coming back is shelved again under a new, higher row number), so a row
+shelved before the LSN a read answers at holds the key's contents at that LSN for as long
+as the key stays shelved under it. The executor's thread and readers' share the one
+connection, under ``_lock``.
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ import marshal
 import os
 import pickle
 import sqlite3
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -65,8 +73,9 @@ class TierError(Exception):
 
 
 class Tier:
-    """One SQLite file under the data directory, used on the executor thread only (under
-    its lock). ``limit``: bytes of pickled keys it holds at most.
+    """One SQLite file under the data directory, changed on the executor thread only
+    (under its lock) and read by readers too (``peek_many``). ``limit``: bytes of pickled
+    keys it holds at most.
 
     A state keeps only each shelved key's row number in memory (``State._shelved``): the
     row holds the state's id, the key, its contents and its item count, and row numbers
@@ -77,8 +86,11 @@ class Tier:
         self.path = path
         self.limit = limit
         path.parent.mkdir(parents=True, exist_ok=True)
-        # check_same_thread off: reads under the executor's lock come from reading threads.
+        # check_same_thread off: readers' threads read it too. One connection, not one per
+        # reader: the executor's open transaction (committed only at checkpoint cuts) is
+        # invisible to any other connection. ``_lock`` keeps one thread at a time on it.
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self._lock = threading.RLock()
         self._db.execute("PRAGMA journal_mode=WAL")
         # NORMAL: a commit is not fsynced, but the file stays consistent; a power loss may
         # roll back the last commits, and then the manifest's commit number no longer
@@ -102,7 +114,8 @@ class Tier:
         # become a hole at once (the evictor's).
         self.on_broken: Callable[[], None] = _nothing
         self._garbage: list[tuple[int]] = []  # rows of keys brought back or dropped
-        self.counters = {"shelved": 0, "unshelved": 0, "evictions": 0, "commits": 0}
+        self.counters = {"shelved": 0, "unshelved": 0, "evictions": 0, "commits": 0,
+                         "read": 0}
         self._last_commit = float("-inf")  # (commit_if_due: the clock's time)
         self._db.execute("BEGIN")
 
@@ -117,8 +130,9 @@ class Tier:
         if self.broken:
             raise TierError(f"the disk tier is off: {self.broken}")
         try:
-            self._db.executemany("INSERT INTO kv (id, sid, fk, items, v) VALUES (?, ?, ?, ?, ?)",
-                                 rows)
+            with self._lock:
+                self._db.executemany("INSERT INTO kv (id, sid, fk, items, v) VALUES "
+                                     "(?, ?, ?, ?, ?)", rows)
         except sqlite3.Error as e:
             self._fail(f"{type(e).__name__}: {e}")
         self._next += len(rows)
@@ -139,9 +153,10 @@ class Tier:
         for i in range(0, len(refs), 500):
             part = refs[i:i + 500]
             try:
-                rows = self._db.execute(
-                    f"SELECT id, v, items FROM kv WHERE id IN ({','.join('?' * len(part))})",
-                    part).fetchall()
+                with self._lock:
+                    rows = self._db.execute(
+                        f"SELECT id, v, items FROM kv WHERE id IN ({','.join('?' * len(part))})",
+                        part).fetchall()
                 if len(rows) != len(part):
                     raise sqlite3.DatabaseError(f"{len(part) - len(rows)} rows are missing")
             except Exception as e:
@@ -155,6 +170,31 @@ class Tier:
         self.counters["unshelved"] += len(refs)
         return out
 
+    def peek_many(self, refs: list[int]) -> dict[int, bytes]:
+        """Rows' contents as stored, row -> pickled contents, left where they are (any
+        thread: a reader reading shelved keys itself, shelfreads.py). Rows deleted
+        meanwhile are absent; so is everything when the tier is broken or can't be read
+        (the reader then asks the executor, which treats a failed read as fatal)."""
+        out: dict[int, bytes] = {}
+        with self._lock:
+            if self.broken:
+                return out
+            try:
+                for i in range(0, len(refs), 500):
+                    part = refs[i:i + 500]
+                    out.update(self._db.execute(
+                        f"SELECT id, v FROM kv WHERE id IN ({','.join('?' * len(part))})",
+                        part).fetchall())
+            except sqlite3.Error:
+                return {}
+            self.counters["read"] += len(out)
+        return out
+
+    @property
+    def next_ref(self) -> int:
+        """The row the next shelved key gets: every row below it exists already."""
+        return self._next
+
     def drop(self, ref: int) -> None:
         """A shelved key became a hole: its contents are not needed any more."""
         self.keys -= 1
@@ -167,8 +207,9 @@ class Tier:
         recently shelved first (the disk limit's victims; rows of keys brought back or
         dropped since the last ``collect`` are among them: the caller checks)."""
         try:
-            rows = self._db.execute("SELECT id, sid, fk FROM kv WHERE id > ? ORDER BY id "
-                                    "LIMIT ?", (after, n)).fetchall()
+            with self._lock:
+                rows = self._db.execute("SELECT id, sid, fk FROM kv WHERE id > ? ORDER BY "
+                                        "id LIMIT ?", (after, n)).fetchall()
         except sqlite3.Error as e:
             self._fail(f"{type(e).__name__}: {e}")
         return [(ref, sid, _key(fk)) for ref, sid, fk in rows]
@@ -179,7 +220,8 @@ class Tier:
         if self._garbage and not self.broken:
             garbage, self._garbage = self._garbage, []
             try:
-                self._db.executemany("DELETE FROM kv WHERE id = ?", garbage)
+                with self._lock:
+                    self._db.executemany("DELETE FROM kv WHERE id = ?", garbage)
             except sqlite3.Error as e:
                 self._fail(f"{type(e).__name__}: {e}")
 
@@ -224,7 +266,9 @@ class Tier:
     def keep_only(self, refs: set[int]) -> None:
         """Recovery is over: delete what no restored key refers to (keys of views dropped
         or planned differently since), and count what stays."""
-        gone = [(r,) for (r,) in self._db.execute("SELECT id FROM kv") if r not in refs]
+        with self._lock:
+            stored = self._db.execute("SELECT id FROM kv").fetchall()
+        gone = [(r,) for (r,) in stored if r not in refs]
         self._garbage += gone
         self.collect()
         self.keys, self.bytes = self.stored()
@@ -241,24 +285,27 @@ class Tier:
 
     def close(self) -> None:
         try:
-            if self._db.in_transaction:
-                self._db.execute("ROLLBACK")  # only a checkpoint's commit is kept
-            self._db.close()
+            with self._lock:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")  # only a checkpoint's commit is kept
+                self._db.close()
         except sqlite3.Error:
             pass
 
     # -- checks --------------------------------------------------------------------------
     def peek(self, ref: int) -> Any:
         """A shelved key's contents, left where they are (for checks); None if absent."""
-        row = self._db.execute("SELECT v FROM kv WHERE id = ?", (ref,)).fetchone()
+        with self._lock:
+            row = self._db.execute("SELECT v FROM kv WHERE id = ?", (ref,)).fetchone()
         return None if row is None else load_value(row[0])
 
     def stored(self) -> tuple[int, int]:
         """(keys, bytes) the store holds for shelved keys now (``keys`` and ``bytes``
         must equal them)."""
         garbage = {r for (r,) in self._garbage}
-        rows = [n for ref, n in self._db.execute("SELECT id, length(v) FROM kv")
-                if ref not in garbage]
+        with self._lock:
+            stored = self._db.execute("SELECT id, length(v) FROM kv").fetchall()
+        rows = [n for ref, n in stored if ref not in garbage]
         return len(rows), sum(rows)
 
     # -- failures ------------------------------------------------------------------------
@@ -266,7 +313,8 @@ class Tier:
         """A row the tier holds; a failure is fatal: the key's contents are gone in the
         middle of a packet (see the module docstring)."""
         try:
-            row = self._db.execute(sql, (ref,)).fetchone()
+            with self._lock:
+                row = self._db.execute(sql, (ref,)).fetchone()
             if row is None:
                 raise sqlite3.DatabaseError(f"row {ref} is missing")
             return row
@@ -278,7 +326,8 @@ class Tier:
         if self.broken:
             raise TierError(f"the disk tier is off: {self.broken}")
         try:
-            return self._db.execute(sql, args)
+            with self._lock:
+                return self._db.execute(sql, args)
         except sqlite3.Error as e:
             self._fail(f"{type(e).__name__}: {e}")
             raise AssertionError("unreachable") from e

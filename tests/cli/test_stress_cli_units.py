@@ -162,18 +162,19 @@ def test_report_says_what_the_disk_tier_did_during_the_run():
     assert _tier_figures({"lsn": 3}) is None  # a server without a tier: no line
     before = _tier_figures({"tier_limit": 8192, "tier_keys": 5, "tier_bytes": 900,
                             "tier_shelved": 10, "tier_unshelved": 4, "tier_evictions": 1,
-                            "tier_commits": 2, "tier_broken": 0})
+                            "tier_commits": 2, "tier_broken": 0, "tier_read": 3})
     after = _tier_figures({"tier_limit": 8192, "tier_keys": 7, "tier_bytes": 1200,
                            "tier_shelved": 30, "tier_unshelved": 20, "tier_evictions": 6,
-                           "tier_commits": 3, "tier_broken": 1})
+                           "tier_commits": 3, "tier_broken": 1, "tier_read": 40})
     tier = _tier_delta(before, after)
     assert tier == {"limit": 8192, "keys": 7, "bytes": 1200, "shelved": 20, "unshelved": 16,
-                    "evictions": 5, "commits": 1, "broken": 1}
+                    "evictions": 5, "commits": 1, "broken": 1, "read": 37}
     j = Journal()
     j.reads.append(Read("maxlen", ("c1",), 7, [("c1", 3)], 1.0, 3.0, "lookup", 0))
     s = summarize(j, Verdict(checked=1), _info(disk_tier=tier))
     assert s["passed"] and s["disk_tier"] == tier
     text = render(s)
-    assert ("disk tier  limit 8192 bytes: 20 keys shelved, 16 brought back (no upquery), 5 "
-            "made holes at its limit; 7 keys (1200 bytes) shelved at the end; BROKEN") in text
+    assert ("disk tier  limit 8192 bytes: 20 keys shelved, 37 read from it and 16 brought "
+            "back (no upquery), 5 made holes at its limit; 7 keys (1200 bytes) shelved at the "
+            "end; BROKEN") in text
     assert "disk tier" not in render(summarize(j, Verdict(checked=1), _info()))

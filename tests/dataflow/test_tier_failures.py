@@ -61,9 +61,14 @@ def _shelved_then_full(tmp_path) -> Harness:
 
 
 def _all_exact(h: Harness) -> None:
-    for key, (rows, lsn) in zip(KEYS, h.lookup("counts", KEYS), strict=True):
-        assert h.mismatch("counts", key, rows, lsn) is None
-        assert lsn == h.model.lsn
+    # Twice: a read of shelved keys reads the store (it still can) and the keys come back
+    # into memory after it, between packets (settle), where shelving others fails and
+    # breaks the tier; then they are read again, as holes.
+    for _ in range(2):
+        for key, (rows, lsn) in zip(KEYS, h.lookup("counts", KEYS), strict=True):
+            assert h.mismatch("counts", key, rows, lsn) is None
+            assert lsn == h.model.lsn
+        h.settle()
     assert h.check_quiet() == [] and h.check_states() == []
     assert h.tier is not None and h.tier.broken and h.tier.keys == 0
 

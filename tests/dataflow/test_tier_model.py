@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from stepped import Harness
 
+from partialflow.server.dataflow.shelfreads import read_shelved
 from partialflow.server.dataflow.tier import Tier, TierError
 
 COUNT = "SELECT k, COUNT(*) AS n, SUM(v) AS total FROM t WHERE k = ? GROUP BY k"
@@ -61,6 +62,71 @@ def test_shelved_keys_read_exactly_without_upqueries(tmp_path):
         assert h.df.stats().counters.get("upqueries", 0) == upqueries, "shelved keys came from disk"
         assert h.tier.counters["unshelved"] > 0 and h.tier.counters["shelved"] > 0
         assert h.check_states() == [] and h.check_quiet() == []
+    finally:
+        h.close()
+
+
+def _shelved(h: Harness, view: str) -> list[Any]:
+    """Keys of ``view`` out of memory whose contents are shelved: the reader's own, or
+    (a view derived from its aggregate) the aggregate's."""
+    st = h.df.reader(view).state
+    src = st.source[0] if st.source is not None else None
+    return [(k,) for k in range(KEYS) if not st.in_memory((k,)) and (
+        st.shelved((k,)) is not None or (src is not None and src.shelved((k,)) is not None))]
+
+
+@pytest.mark.parametrize("view", ["counts", "rows"])
+def test_readers_read_shelved_keys_from_the_store_themselves(tmp_path, view):
+    # "counts" is derived from its aggregate's shelved key; "rows" keeps its own.
+    h = _harness(tmp_path)
+    try:
+        _read_all(h)
+        h.model.write("t", inserts=[(k, 500 + k) for k in range(0, KEYS, 2)])
+        h.settle()
+        keys = _shelved(h, view)
+        assert len(keys) > 5, "the memory limit shelved keys of the view"
+        read0 = h.tier.counters["read"]  # type: ignore[union-attr]
+        read = h.begin(view, keys)
+        # Answered at once from the store, on the reader's side: no packet ran.
+        assert read.done
+        assert h.tier.counters["read"] - read0 == len(keys)  # type: ignore[union-attr]
+        for key, (rows, lsn) in zip(keys, read.answer(), strict=True):
+            assert h.mismatch(view, key, rows, lsn) is None
+            assert lsn == h.model.lsn
+        # Then, between packets, the executor brings them into memory: hot keys get there.
+        h.settle()
+        assert any(h.df.reader(view).state.in_memory(k) for k in keys)
+        assert h.check_states() == [] and h.check_quiet() == []
+    finally:
+        h.close()
+
+
+def test_a_key_shelved_after_the_published_lsn_is_not_read_from_the_store(tmp_path):
+    # A reader that took the published LSN (and the tier's floor with it) before a packet
+    # changed a key and shelved it again must not read that newer row: its contents are at
+    # an LSN not yet published (shelfreads.py).
+    h = _harness(tmp_path)
+    try:
+        _read_all(h)
+        h.settle()
+        st = h.df.reader("rows").state
+        keys = [k for k in _shelved(h, "rows") if st.shelved(k) is not None]
+        assert keys
+        k = keys[0]
+        floor = h.df.executor.publisher.tier_floor
+        before = st.shelved(k)
+        assert before is not None and before < floor
+        assert read_shelved(st, [k], floor) == {k: read_shelved(st, [k], floor)[k]}
+        h.model.write("t", inserts=[(k[0], 9_999)])
+        h.settle()
+        if st.in_memory(k):  # the write brought it back; push it out again
+            h.ex.evictor.enforce_memory()
+        after = st.shelved(k)
+        assert after is not None and after >= floor, "the key was shelved again, higher"
+        assert read_shelved(st, [k], floor) == {}
+        new_floor = h.df.executor.publisher.tier_floor
+        got = read_shelved(st, [k], new_floor)
+        assert h.mismatch("rows", k, got[k], h.model.lsn) is None
     finally:
         h.close()
 
