@@ -94,15 +94,20 @@ class KeyHistory:
             else:
                 span.end = end
 
-    def known_from(self, start: int, rows: Counter[Row], point: bool = False) -> None:
-        """Known at ``start`` with ``rows`` (only there if ``point``, else from there on;
-        the caller closed the open span first)."""
+    def known_from(self, start: int, rows: Counter[Row]) -> None:
+        """Known from ``start`` on with ``rows`` (the caller closed the open span first)."""
         last = self.spans[-1] if self.spans else None
-        if last is not None and (last.end is None or last.end >= start):
-            if point or last.start != start or last.end != start:
-                return  # not after what is known already (spans stay in order)
-            self.spans.pop()  # a point at the same LSN: known from there on now
-        self.spans.append(Span(start, rows, start if point else None))
+        if last is not None:
+            if last.end is None:
+                return  # known on already
+            if last.start == start == last.end:
+                self.spans.pop()  # known only there: known from there on now
+        # A span may begin where (or before) the last one ends: a key known up to L that
+        # left and is back at L (evicted by a packet without a write, refilled from the
+        # snapshot at L, or derived at once) is known at L twice, its rows equal there.
+        # Dropping the new span left a readable key unknown after L: a later write that
+        # touched none of its subscription's keys never moved the cut past L.
+        self.spans.append(Span(start, rows))
 
     def intervals(self, now: int) -> list[tuple[int, int]]:
         return [(s.start, now if s.end is None else s.end) for s in self.spans]

@@ -370,10 +370,28 @@ class SubscriptionManager:
     def _flush_waiting(self, sub: Subscription, lsn: int) -> None:
         """Some key of ``sub`` is (or was, since its last cut) not readable: record where
         each key's rows are known (cuts.record), and queue them at the latest LSN where
-        all are."""
+        all are.
+
+        The waiting mode: ``sub.hist`` is set at the first packet end where a key of it is
+        not readable (a view without LIMIT or an empty-group row); ``ready`` is False, so
+        its cut (``cut_lsn``) stays at ``exact_lsn`` instead of following the packet
+        ends. It is looked at again only at packet ends that touch it: one of its keys
+        changed, moved, or became readable or unreadable (``_after_packet``). Each time it
+        sends a batch at the latest LSN above its cut where every key is known, if any.
+        It leaves (``hist`` None, ``ready`` True) at a packet end where every key is
+        readable and that LSN is the packet's, or is its cut's already. Nothing else gets
+        it out: one that no later packet touches keeps its cut, so it must leave at a
+        packet end where every key is readable, and every readable key must be known
+        there (``KeyHistory.known_from``)."""
         hist = cuts.record(self, sub, lsn)
         cut = latest_cut(list(hist.values()), lsn, sub.exact_lsn if sub.started else -1)
         if cut is None:
+            if sub.started and lsn == sub.exact_lsn and not sub.unready:
+                # Every key readable at its cut's LSN (a key left and came back with no
+                # write in between): exact as it stands. Waiting on, a later write that
+                # touched none of its keys would leave its cut behind for good.
+                sub.hist = None
+                sub.ready = True
             return
         if not sub.started:
             if not self._start_ok(sub):

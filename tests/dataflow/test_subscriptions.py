@@ -42,6 +42,13 @@ class Holder:
             self.sub.queue.clear()
             cut = self.sub.cut_lsn() if self.sub.started else None
         assert self.sub.error is None, self.sub.error
+        st = self.sub.reader.state
+        if cut is not None and all(st.is_filled(k) for k in self.sub.keys):
+            # Every key readable after the last packet: nothing to wait for, so the cut
+            # is that packet's LSN (a cut left behind here stays behind until one of the
+            # subscription's keys changes, however many writes come).
+            assert cut == self.h.ex.applied_lsn, (
+                f"{self.view}: every key readable at LSN {self.h.ex.applied_lsn}, cut at {cut}")
         for ev in events:
             assert ev.lsn >= self.lsn, f"LSN went back: {ev.lsn} after {self.lsn}"
             if ev.kind == "snapshot":
