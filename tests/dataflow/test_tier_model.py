@@ -282,3 +282,27 @@ def test_without_checkpoints_the_store_still_commits(tmp_path):
         assert h.check_states() == []
     finally:
         h.close()
+
+
+def test_the_disk_limit_leaves_a_subscribed_key_shelved_before_it_subscribed(tmp_path):
+    # A subscription holds its keys against eviction (a subscriber would get a refill at
+    # every packet otherwise); one shelved before the subscription came stays filled when
+    # the disk limit then makes holes of the other shelved keys (subscribing brings it
+    # back into memory, where it is held).
+    h = _harness(tmp_path)
+    try:
+        _read_all(h)
+        h.settle()
+        st = h.df.reader("rows").state
+        key = next(k for k in _shelved(h, "rows") if st.shelved(k) is not None)
+        sub = h.df.subscribe("rows", [key])
+        h.settle()
+        assert h.tier is not None
+        h.tier.limit = 1  # every unheld shelved key must go
+        h.model.write("t", inserts=[(39, 1)])
+        h.settle()
+        assert h.tier.counters["evictions"] > 0
+        assert st.is_filled(key), "the subscribed key was made a hole"
+        h.df.unsubscribe(sub)
+    finally:
+        h.close()
