@@ -57,7 +57,7 @@ from partialflow.server.dataflow.propagate import ChangedKeys, Propagator
 from partialflow.server.dataflow.publish import Publisher
 from partialflow.server.dataflow.replay import Replayer, ReplayScope, Scope
 from partialflow.server.dataflow.runner import UpqueryRunner
-from partialflow.server.dataflow.shelfreads import bring_back
+from partialflow.server.dataflow.shelfreads import Promoter
 from partialflow.server.dataflow.state import State
 from partialflow.server.dataflow.stats import Stats
 from partialflow.server.dataflow.tier import Tier
@@ -72,7 +72,7 @@ log = logging.getLogger("partialflow.executor")
 
 EXPIRY_EVERY = 0.5  # seconds between deadline checks while packets keep coming
 # Keys read from the disk tier by readers brought back into memory per packet at most
-# (shelfreads.py ``bring_back``, about 100-200 us each with the keys shelved in exchange):
+# (shelfreads.py ``Promoter``, about 100-200 us each with the keys shelved in exchange):
 # bounds the packet, so writes queued behind it don't wait long.
 BRING_BACK = 256
 
@@ -102,6 +102,7 @@ class Executor:
         self.fills = FillCoordinator(self, runner, self.stats, upquery_timeout=upquery_timeout,
                                      clock=clock, prefetch=index_prefetch)
         self.tier = tier  # the disk tier under the states (tier.py), if any
+        self._promoter = Promoter()  # keys readers read from it (shelfreads.py)
         self.evictor = Evictor(memory_limit, self.stats, self.publisher, self.fills,
                                depends=self._depends, tier=tier)
         # Ranges that prove holes of evict-on-miss indexes empty (bounds.py).
@@ -312,7 +313,8 @@ class Executor:
                 for k in miss.keys:
                     self.fills.want(miss.state, k, miss.waiter, derive=True)
         elif isinstance(packet, BringBack):  # keys readers read from the disk tier
-            bring_back(self.publisher.shelf_reads(), self.fills.derive_now, BRING_BACK)
+            self._promoter.run(self.publisher.shelf_reads(), self.fills.derive_now,
+                               BRING_BACK)
         elif isinstance(packet, FillDone):
             self.fills.finish(packet.fill, packet.results, packet.error)
         elif isinstance(packet, Call):

@@ -61,9 +61,9 @@ def _shelved_then_full(tmp_path) -> Harness:
 
 
 def _all_exact(h: Harness) -> None:
-    # Twice: a read of shelved keys reads the store (it still can) and the keys come back
-    # into memory after it, between packets (settle), where shelving others fails and
-    # breaks the tier; then they are read again, as holes.
+    # Twice: a read of shelved keys reads the store (it still can); read from it a second
+    # time, the keys come back into memory after the read, between packets (settle), where
+    # shelving others fails and breaks the tier.
     for _ in range(2):
         for key, (rows, lsn) in zip(KEYS, h.lookup("counts", KEYS), strict=True):
             assert h.mismatch("counts", key, rows, lsn) is None
