@@ -25,7 +25,8 @@ from common import (
 )
 
 # Stats counters of the disk tier (absent without one), reported per measured window.
-TIER_COUNTERS = ("tier_shelved", "tier_unshelved", "tier_evictions", "tier_commits")
+TIER_COUNTERS = ("tier_shelved", "tier_unshelved", "tier_evictions", "tier_commits",
+                 "tier_read")
 
 
 def materialize_all(srv: InProcServer, view: str, n: int, batch: int) -> dict:

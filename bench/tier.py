@@ -143,9 +143,13 @@ def run_config(name: str, data: Path, spark: Any, pool: LoadPool, args: argparse
                                       seed=11, **zipf)
             out["reads"] = r
             lat = r["reads"]["latency_ms"]
+            # Keys read from the tier by readers themselves (tier_read), and brought back
+            # into memory (tier_unshelved: by the executor, for a read or a write).
+            tier_reads = r["tier"].get("tier_read", 0)
             tier_hits = r["tier"].get("tier_unshelved", 0)
-            log(f"{name}: hit rate {r['hit_rate']:.3f}, tier {tier_hits} keys back "
-                f"({tier_hits / max(1, r['misses']):.2f} of misses), {r['upqueries']} "
+            log(f"{name}: hit rate {r['hit_rate']:.3f}, tier {tier_reads} keys read by "
+                f"readers ({tier_reads / max(1, r['misses']):.2f} of misses), {tier_hits} "
+                f"brought back, {r['upqueries']} "
                 f"upqueries, p50 {lat['p50']} ms p99 {lat['p99']} ms, "
                 f"{r['reads']['items_per_s']:.0f} keys/s, executor busy "
                 f"{r['executor_busy_s']} s of {args.seconds}"
@@ -188,6 +192,7 @@ def compare(runs: list[dict]) -> list[dict]:
         reads, b = r["reads"], base["reads"]
         row = {
             "config": r["config"], "hit_rate": reads["hit_rate"],
+            "tier_reads": reads["tier"].get("tier_read", 0),
             "tier_hits": reads["tier"].get("tier_unshelved", 0),
             "misses": reads["misses"], "upqueries": reads["upqueries"],
             "p50_ms": reads["reads"]["latency_ms"]["p50"],
