@@ -47,6 +47,12 @@ ReadEntry = tuple["State", list[Row], bool]
 # few hundred rows, and the answer itself costs O(rows) to send anyway.
 EAGER_ROWS = 256
 
+# Seconds between packets asked for to bring keys read from the disk tier into memory
+# (``log_shelf_reads``): each is a packet of the executor, and asked for after every read
+# of a shelved key they kept it busy under many readers, most of them bringing nothing
+# back (shelfreads.py ``Promoter``).
+BRING_BACK_EVERY = 0.02
+
 
 class _Stale:
     """The published value of a key whose rows were not copied (see module docstring)."""
@@ -79,6 +85,8 @@ class Publisher:
         # to do it is on its way (set by a reader, cleared by the executor).
         self._shelf_reads: deque[tuple[State, list[Row]]] = deque()
         self.bring_back_asked = False
+        self.bring_back_every = BRING_BACK_EVERY  # (0 in stepped tests: at once)
+        self._bring_back_next = 0.0  # (time.monotonic) not asked again before
 
     # -- writer half (executor thread, under its lock) ---------------------------------
     def changed(self, st: State, fk: Row) -> None:
@@ -215,5 +223,9 @@ class Publisher:
         self._shelf_reads.append((st, keys))
         if self.bring_back_asked:
             return False
+        now = time.monotonic()
+        if now < self._bring_back_next:
+            return False  # the next read after it asks
+        self._bring_back_next = now + self.bring_back_every
         self.bring_back_asked = True
         return True

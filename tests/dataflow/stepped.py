@@ -58,6 +58,9 @@ class Harness:
                            checkpoints=store, tier=self.tier)
         self.df.start(threaded=False)
         self.ex = self.df.executor
+        # Keys read from the disk tier are brought back at the next packet asked for, not
+        # at most every BRING_BACK_EVERY seconds of the real clock: deterministic steps.
+        self.ex.publisher.bring_back_every = 0.0
         self.views: dict[str, str] = {}
         self._oracle: SqliteOracle | None = None
         # The executor logs and survives a packet that raises (a server must not die of
