@@ -311,3 +311,53 @@ def test_the_disk_limit_leaves_a_subscribed_key_shelved_before_it_subscribed(tmp
         h.df.unsubscribe(sub)
     finally:
         h.close()
+
+
+def test_readers_share_the_store_with_the_executor_thread(tmp_path):
+    # Readers read shelved rows on their own threads (peek_many) while the executor's
+    # thread shelves, brings back, collects and commits on the same connection: no call
+    # fails (a failure would break the tier: every shelved key a hole), and every row a
+    # reader gets is exactly what was stored under that number (rows are never rewritten).
+    import pickle
+    import threading
+
+    from partialflow.server.checkpoint.merge import load_value
+
+    tier = Tier(tmp_path / "shared.db", 1 << 30)
+    stored: dict[int, Any] = {}
+    live: list[int] = []
+    stop = threading.Event()
+    problems: list[str] = []
+
+    def reader() -> None:
+        while not stop.is_set():
+            refs = list(live[-20:])
+            try:
+                for ref, blob in tier.peek_many(refs).items():
+                    if load_value(blob) != stored[ref]:
+                        problems.append(f"row {ref} changed")
+            except Exception as e:  # the test's own failure, reported below
+                problems.append(repr(e))
+
+    threads = [threading.Thread(target=reader) for _ in range(4)]
+    for t in threads:
+        t.start()
+    try:
+        for round_ in range(300):
+            values = [{(round_, i): (round_ * i, "x" * (i % 7))} for i in range(20)]
+            refs = tier.put_many([(1, (round_, i), v, 1) for i, v in enumerate(values)])
+            stored.update(zip(refs, values, strict=True))
+            live.extend(refs)
+            back = tier.take_many(refs[:10])
+            assert [back[r][0] for r in refs[:10]] == values[:10]
+            tier.collect()
+            if round_ % 25 == 0:
+                tier.commit()
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert not tier.broken and problems == []
+    assert tier.counters["read"] > 0
+    assert pickle.dumps(tier.peek(live[-1])) == pickle.dumps(stored[live[-1]])
+    tier.close()
