@@ -20,9 +20,8 @@ from partialflow.server.dataflow import publish
 
 # The load runs DURATION seconds and then on until MIN_READS reads were made (all of them
 # checked against Spark), so a shorter default checks no fewer reads on a slow machine.
-# The oracle's work grows with (LSNs read) x (writes recorded): at 20 s the check after the
-# load took longer than the load itself, and a longer load adds more of the same
-# interleavings (3 writers, 4 readers, evictions all the time), not new kinds.
+# A longer load adds more of the same interleavings (3 writers, 4 readers, evictions all
+# the time), not new kinds, and a longer history for the oracle to rebuild.
 DURATION = float(os.environ.get("PARTIALFLOW_STRESS_SECONDS", "8"))
 MIN_READS = 150
 # No fault is active here: every read must be answered within this bound. A read that
