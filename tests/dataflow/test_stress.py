@@ -20,11 +20,14 @@ from partialflow.server.dataflow import publish
 
 # The load runs DURATION seconds and then on until MIN_READS reads were made (all of them
 # checked against Spark), so a shorter default checks no fewer reads on a slow machine.
-DURATION = float(os.environ.get("PARTIALFLOW_STRESS_SECONDS", "20"))
+# A longer load adds more of the same interleavings (3 writers, 4 readers, evictions all
+# the time), not new kinds, and a longer history for the oracle to rebuild.
+DURATION = float(os.environ.get("PARTIALFLOW_STRESS_SECONDS", "8"))
 MIN_READS = 150
 # No fault is active here: every read must be answered within this bound. A read that
 # times out fails the test (a read that never returns is a failure, like a wrong one).
 READ_BOUND = 20.0
+SUMMARY = "partialflow_summary"  # a user property printed in the run's summary (conftest.py)
 
 SCHEMAS = {
     "info": "product string, category string",
@@ -244,7 +247,7 @@ def _reader(
                 return
 
 
-def test_stress_concurrent_reads_writes_evictions(small_server, spark, monkeypatch):
+def test_stress_concurrent_reads_writes_evictions(small_server, spark, monkeypatch, request):
     # Keys of more than 2 rows are published stale (publish.py), so both ways of reading a
     # filled key race with the writers here: lock-free copies (1-2 rows) and a read under
     # the lock that leaves its copy published (the others).
@@ -287,9 +290,14 @@ def test_stress_concurrent_reads_writes_evictions(small_server, spark, monkeypat
     assert server_stats["memory_evictions"] > 0, (
         f"the memory limit should force evictions: {stats} {server_stats}"
     )
+    loaded = time.monotonic() - start
     oracles = {v: (VIEWS[v][1], VIEWS[v][2]) for v in KEYS}
     details: list[tuple] = []
+    began = time.monotonic()
     checked, bad = verify(spark, rec, oracles, details)
+    request.node.user_properties.append((SUMMARY, (
+        "dataflow stress", f"{loaded:.0f} s of load: {len(rec.writes)} writes, {checked} reads "
+        f"({stats['evicts']} evicts) checked against Spark in {time.monotonic() - began:.0f} s")))
     assert checked == stats["reads"] and checked > 20, stats
     assert not bad, (
         f"{len(bad)} of {checked} reads differ from "
@@ -319,3 +327,42 @@ def _diagnose(server, details: list[tuple]) -> str:
                 f"{sorted(got)}"
             )
     return "\n".join(lines)
+
+
+def test_the_oracles_intervals_hold_each_row_as_often_as_its_writes_say():
+    """The oracle's table as of LSN V (rows whose interval holds V, each ``_n`` times) is
+    the multiset of every write up to V, checked here against that sum at every LSN of a
+    random history (repeated rows, deletes and re-inserts at one LSN included)."""
+    from collections import Counter
+
+    from history_oracle import _intervals
+
+    rng = random.Random(5)
+    writes, live = [], Counter()
+    for lsn in range(1, 300):
+        if live and rng.random() < 0.4:
+            row = rng.choice(sorted(live))
+            writes.append((lsn, "t", [row], -1))
+            live[row] -= 1
+            live += Counter()  # drops rows no longer there
+            if rng.random() < 0.3:  # and back at the same LSN
+                writes.append((lsn, "t", [row], +1))
+                live[row] += 1
+        else:
+            rows = [(rng.randrange(5), "x") for _ in range(rng.randint(1, 3))]
+            writes.append((lsn, "t", rows, +1))
+            live.update(rows)
+        writes.append((lsn, "other", [(lsn,)], +1))
+    rng.shuffle(writes)  # recorded in any order (writers take the lock after the call)
+    spans = _intervals(writes, "t")
+    for at in range(301):
+        want = Counter()
+        for lsn, table, rows, sign in writes:
+            if table == "t" and lsn <= at:
+                for r in rows:
+                    want[tuple(r)] += sign
+        got = Counter()
+        for *row, since, until, n in spans:
+            if since <= at < until:
+                got[tuple(row)] += n
+        assert got == +want, at

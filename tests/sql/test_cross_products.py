@@ -45,8 +45,12 @@ def test_cross_products_stay_exact_under_writes_on_both_sides(maintained):
                     "c": "x BIGINT, z TEXT"}, _row,
                    [(sql, KEYS[key] if key else [()]) for sql, key in VIEWS], seed=33)
     for step in range(4):
-        # sqlite after every round; Spark (a query per view) after the first and the last
-        m.check(spark=step == 0, sqlite=True)
+        # sqlite after every round (the fills included: every view and key at step 0); Spark
+        # (a query per view) after the last, when writes on every side, an eviction and its
+        # refill and an emptied side are behind every view. Spark after the first round
+        # too checked what sqlite already had: every key at the latest LSN, by an engine
+        # that agrees on these forms.
+        m.check(spark=False, sqlite=True)
         m.write_round()  # deletes and inserts on every side
         if step == 1:
             m.evict(0)

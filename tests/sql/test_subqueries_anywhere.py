@@ -64,8 +64,12 @@ def test_subqueries_in_expressions_stay_exact_under_writes(maintained):
                    [(sql, KEYS[key] if key else [()]) for sql, key in VIEWS], seed=3301,
                    rows=10)
     for step in range(4):
-        # sqlite after every round, Spark (a query per view) after the first and the last
-        m.check(spark=step in (0, 3), sqlite=True,
+        # sqlite after every round (the fills included: every view and key at step 0), Spark
+        # (a query per view) after the last, when writes on both sides, an eviction and its
+        # refill and the emptied inner table are behind every view. Spark after the first
+        # round too was a third of the test's time and checked what sqlite already had: the
+        # fills, every key at the latest LSN, by an engine that agrees on these forms.
+        m.check(spark=step == 3, sqlite=True,
                 not_spark=lambda text: "SUM(v) AS s, (SELECT" in text)
         if step == 1:
             m.evict(-1)
