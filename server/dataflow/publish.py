@@ -50,8 +50,8 @@ EAGER_ROWS = 256
 # Seconds between packets asked for to bring keys read from the disk tier into memory
 # (``log_shelf_reads``): each is a packet of the executor, and asked for after every read
 # of a shelved key they kept it busy under many readers, most of them bringing nothing
-# back (shelfreads.py ``Promoter``).
-BRING_BACK_EVERY = 0.02
+# back (shelfreads.py ``Promoter``; executor.py ``BRING_BACK``).
+BRING_BACK_EVERY = 0.05
 
 
 class _Stale:

@@ -103,7 +103,9 @@ class Promoter:
     way (100k keys, Zipf(0.99), 32 readers: every key read brought back kept the executor
     busy the whole run for a memory hit rate no better than without it)."""
 
-    def __init__(self, seen: int = 16_384) -> None:
+    # 4,096 rather than 16,384: at 100k keys and 32 readers, a memory hit rate of 0.545
+    # against 0.517, with fewer keys shuffled in and out.
+    def __init__(self, seen: int = 4_096) -> None:
         self._seen: LRUCache[tuple[int, Row], None] = LRUCache(maxsize=seen)
 
     def run(self, reads: list[tuple[State, list[Row]]], derive: Callable[[State, Row], bool],
