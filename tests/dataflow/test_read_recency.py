@@ -78,7 +78,7 @@ def test_hits_count_distinct_keys_and_make_them_recently_used():
 
 
 def test_a_key_read_back_from_the_disk_tier_is_a_lock_free_hit_again(tmp_path):
-    """Shelving a key unpublishes it; a read brings it back into memory, and it must be
+    """Shelving a key unpublishes it; reads bring it back into memory, and it must be
     published again, or every later read of it queues a miss for the executor."""
     h = _harness(tier=tmp_path / "tier.db")
     try:
@@ -92,9 +92,10 @@ def test_a_key_read_back_from_the_disk_tier_is_a_lock_free_hit_again(tmp_path):
         shelved = [(k,) for k in range(10) if st.shelved((k,)) is not None]
         assert len(shelved) >= 7, shelved
         key = shelved[0]
-        [(rows, lsn)] = h.lookup("rows", [key])  # answered from the tier
-        assert sorted(rows) == sorted(h.expected("rows", key, lsn))
-        h.settle()
+        for _ in range(2):  # read from the tier twice: then it comes back (shelfreads.py)
+            [(rows, lsn)] = h.lookup("rows", [key])  # answered from the tier
+            assert sorted(rows) == sorted(h.expected("rows", key, lsn))
+            h.settle()
         assert st.in_memory(key), "read last: the most recently used"
         read = h.begin("rows", [key])
         assert read.done and read.hit_rows is not None, "published again: a lock-free hit"
