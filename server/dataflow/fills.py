@@ -16,8 +16,8 @@ the updates held meanwhile in LSN order, then answers the waiting reads.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import Protocol
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
 
 from partialflow.operators.base import Row
 from partialflow.operators.grouped import by_group
@@ -443,11 +443,8 @@ class FillCoordinator:
         """Fill ``st`` from its source state through filter/project nodes, in Python."""
         assert st.source is not None
         src, chain = st.source
-        sop = src.node.op
         for k in keys:
-            deltas = [(r, 1) for g, e in src.entries(k) for r in sop.output_rows(g, e)]  # type: ignore[union-attr]
-            for n in chain:
-                deltas = n.op.on_input(0, deltas, StateAccess(n)).deltas  # type: ignore[union-attr]
+            deltas = derived_deltas(src, chain, src.entries(k))
             bucket = st.fill(k)
             if st.kind == "rows":
                 for row, sign in deltas:
@@ -470,3 +467,16 @@ def _read_error(error: BaseException) -> Exception:
         return error
     first = str(error).splitlines()[0] if str(error) else type(error).__name__
     return Unavailable(f"upquery failed: {first}")
+
+
+def derived_deltas(src: State, chain: list[Any], entries: Iterable[tuple[Row, Any]]
+                   ) -> list[tuple[Row, int]]:
+    """The rows a key of a state derived from grouped ``src`` holds (``State.source``),
+    from that key's (group, entry) pairs in ``src``, through the filter and project nodes
+    of ``chain``: pure, so readers derive keys from shelved entries with it too
+    (shelfreads.py)."""
+    sop = src.node.op
+    deltas = [(r, 1) for g, e in entries for r in sop.output_rows(g, e)]  # type: ignore[union-attr]
+    for n in chain:
+        deltas = n.op.on_input(0, deltas, StateAccess(n)).deltas
+    return deltas

@@ -37,7 +37,7 @@ from cachetools import LRUCache
 from partialflow.operators.base import Row
 from partialflow.server.checkpoint.merge import load_value
 from partialflow.server.dataflow import bags
-from partialflow.server.dataflow.access import StateAccess
+from partialflow.server.dataflow.fills import derived_deltas
 
 if TYPE_CHECKING:
     from partialflow.server.dataflow.state import State
@@ -82,14 +82,9 @@ def read_shelved(st: State, keys: list[Row], floor: int) -> dict[Row, list[Row]]
 
 
 def _derive(src: State, chain: list[Any], entries: dict[Row, Any]) -> list[Row]:
-    """A view key's rows from its aggregate's key (its groups' entries), through the
-    filter and project nodes between them."""
-    sop = src.node.op
-    deltas = [(r, 1) for g, e in entries.items() for r in sop.output_rows(g, e)]  # type: ignore[union-attr]
-    for n in chain:
-        deltas = n.op.on_input(0, deltas, StateAccess(n)).deltas
+    """A view key's rows from its aggregate's key (its groups' entries)."""
     bag: dict[Row, int] = {}
-    for row, sign in deltas:
+    for row, sign in derived_deltas(src, chain, entries.items()):
         bag[row] = bag.get(row, 0) + sign
     return bags.rows_of((bag,))
 

@@ -75,6 +75,14 @@ def _shelved(h: Harness, view: str) -> list[Any]:
         st.shelved((k,)) is not None or (src is not None and src.shelved((k,)) is not None))]
 
 
+def _own_shelved_key(h: Harness) -> Any:
+    """A key of ``rows`` whose reader holds it shelved itself."""
+    st = h.df.reader("rows").state
+    keys = [k for k in _shelved(h, "rows") if st.shelved(k) is not None]
+    assert keys, "the memory limit shelved keys of rows"
+    return keys[0]
+
+
 @pytest.mark.parametrize("view", ["counts", "rows"])
 def test_readers_read_shelved_keys_from_the_store_themselves(tmp_path, view):
     # "counts" is derived from its aggregate's shelved key; "rows" keeps its own.
@@ -115,9 +123,7 @@ def test_a_key_shelved_after_the_published_lsn_is_not_read_from_the_store(tmp_pa
         _read_all(h)
         h.settle()
         st = h.df.reader("rows").state
-        keys = [k for k in _shelved(h, "rows") if st.shelved(k) is not None]
-        assert keys
-        k = keys[0]
+        k = _own_shelved_key(h)
         floor = h.df.executor.publisher.tier_floor
         before = st.shelved(k)
         assert before is not None and before < floor
@@ -299,7 +305,7 @@ def test_the_disk_limit_leaves_a_subscribed_key_shelved_before_it_subscribed(tmp
         _read_all(h)
         h.settle()
         st = h.df.reader("rows").state
-        key = next(k for k in _shelved(h, "rows") if st.shelved(k) is not None)
+        key = _own_shelved_key(h)
         sub = h.df.subscribe("rows", [key])
         h.settle()
         assert h.tier is not None
