@@ -37,7 +37,7 @@ from partialflow.operators.base import Delta, Row
 from partialflow.server.dataflow import gcpause
 from partialflow.server.dataflow.bounds import KeyBounds
 from partialflow.server.dataflow.evictor import Evictor
-from partialflow.server.dataflow.fill import Held
+from partialflow.server.dataflow.fill import Held, Waiter
 from partialflow.server.dataflow.fills import FillCoordinator
 from partialflow.server.dataflow.graph import Graph
 from partialflow.server.dataflow.inbox import Inbox
@@ -101,6 +101,7 @@ class Executor:
         self.inbox = Inbox(clock)  # packets in; writes queued back to back come out as runs
         self.stats = Stats()
         self._counters = self.stats.counters  # bumped in place on the per-packet path
+        self._woken: list[Waiter] = []  # reads' waiters answered in this packet (fill.py)
         self.publisher = Publisher(start_lsn)
         self.fills = FillCoordinator(self, runner, self.stats, upquery_timeout=upquery_timeout,
                                      clock=clock, prefetch=index_prefetch)
@@ -276,6 +277,10 @@ class Executor:
                 log.exception("executor packet %s failed", type(packet).__name__)
             finally:
                 gcpause.resume(collecting)
+                if self._woken:  # reads answered in it, now that it is published
+                    for w in self._woken:
+                        w.event.set()
+                    self._woken.clear()
             self._counters["busy_ns"] += time.perf_counter_ns() - t0
             if self._lsn_waiters:
                 self.lsn_changed.notify_all()
@@ -313,6 +318,7 @@ class Executor:
                     if st.source is not None:
                         st.source[0].unshelve(miss.keys, read=True)
             for miss in misses:
+                miss.waiter.woken = self._woken  # at the end of the packet (fill.py)
                 for k in miss.keys:
                     self.fills.want(miss.state, k, miss.waiter, derive=True)
         elif isinstance(packet, BringBack):  # keys readers read from the disk tier

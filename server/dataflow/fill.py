@@ -45,18 +45,29 @@ class Waiter:
     Written on the executor thread, read by the reading thread once ``event`` is set.
     ``floor``: the lowest LSN the read may be answered at (its ``min_lsn``); a key kept
     blocked by a chain of index fills may be answered at an LSN below the applied one,
-    never below this."""
+    never below this.
+
+    ``woken``: when set (a read's waiter, by the executor), a complete waiter is put
+    there instead of woken at once, and the executor wakes it at the end of the packet,
+    after it published: the read's next read then finds the filled keys published, and
+    keys shelved in the disk tier readable by readers (shelfreads.py). Woken at once, a
+    client's next lookup of the same keys came in before the publish and went through
+    the executor again (a Miss packet per read, nothing read from the tier)."""
 
     keys: set[Row]
     floor: int = 0
     results: dict[Row, tuple[list[Row], int]] = field(default_factory=dict)
     error: Exception | None = None
     event: threading.Event = field(default_factory=threading.Event)
+    woken: list[Waiter] | None = None
 
     def deliver(self, key: Row, rows: list[Row], lsn: int) -> None:
         self.results[key] = (rows, lsn)
         if self.keys <= self.results.keys():
-            self.event.set()
+            if self.woken is not None:
+                self.woken.append(self)
+            else:
+                self.event.set()
 
     def fail(self, error: Exception) -> None:
         self.error = error
