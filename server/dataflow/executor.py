@@ -277,10 +277,8 @@ class Executor:
                 log.exception("executor packet %s failed", type(packet).__name__)
             finally:
                 gcpause.resume(collecting)
-                if self._woken:  # reads answered in it, now that it is published
-                    for w in self._woken:
-                        w.event.set()
-                    self._woken.clear()
+                if self._woken:  # the packet failed before it published: wake them anyway
+                    self._wake()
             self._counters["busy_ns"] += time.perf_counter_ns() - t0
             if self._lsn_waiters:
                 self.lsn_changed.notify_all()
@@ -387,10 +385,19 @@ class Executor:
         self.publisher.publish(self.applied_lsn)
         if self.tier is not None:  # after the LSN (shelfreads.py)
             self.publisher.tier_floor = self.tier.next_ref
+        if self._woken:  # reads this packet answered, now that it is published
+            self._wake()
         if self.checkpointer is not None:  # a consistent cut: everything filled is exact
             self.checkpointer.after_packet()
         elif self.tier is not None:  # no checkpoint commits it: its write-ahead log would
             self.tier.commit_if_due(self.clock())  # grow without bound (tier.py)
+
+    def _wake(self) -> None:
+        """Wake the reads answered in this packet (fill.py ``Waiter.woken``): after the
+        publish, before checkpoint and tier work that need not delay them."""
+        for w in self._woken:
+            w.event.set()
+        self._woken.clear()
 
     def _account_changes(self) -> None:
         changed = self._changed.take()
